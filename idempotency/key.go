@@ -1,0 +1,85 @@
+package idempotency
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+)
+
+// DefaultHeader is the request header that carries the key, as named by the
+// IETF Idempotency-Key HTTP header field draft and used by Stripe, Adyen,
+// PayPal and others.
+const DefaultHeader = "Idempotency-Key"
+
+// Options configures the client side: which requests get a key, under which
+// header, and how keys are made. The zero value is ready to use.
+type Options struct {
+	// Header is the request header that carries the key.
+	// Empty means [DefaultHeader], "Idempotency-Key".
+	Header string
+	// Methods are the methods that get a key when the request has none.
+	// Nil means POST and PATCH, the methods that are not idempotent by
+	// themselves.
+	Methods []string
+	// NewKey makes a new key, once per logical operation.
+	// Nil means [NewKey], a random UUIDv4.
+	NewKey func() string
+}
+
+// HeaderName returns o.Header, or [DefaultHeader] when it is empty.
+func (o Options) HeaderName() string {
+	if o.Header == "" {
+		return DefaultHeader
+	}
+	return o.Header
+}
+
+// Applies reports whether requests with this method get a key.
+func (o Options) Applies(method string) bool {
+	if o.Methods == nil {
+		return method == "POST" || method == "PATCH"
+	}
+	for _, m := range o.Methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
+type ctxKey struct{}
+
+// WithKey returns a copy of ctx that carries the caller's own idempotency
+// key for one logical operation. A request made with that context is sent
+// with this key instead of a generated one, on every attempt. Use it when
+// the key must survive a process restart or come from your own records (an
+// order ID, a payment intent).
+func WithKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, ctxKey{}, key)
+}
+
+// KeyFromContext returns the key stored by [WithKey], if any.
+func KeyFromContext(ctx context.Context) (string, bool) {
+	k, ok := ctx.Value(ctxKey{}).(string)
+	return k, ok && k != ""
+}
+
+// NewKey returns a random UUID version 4 (RFC 9562) from crypto/rand, in
+// its canonical 36-character form.
+func NewKey() string {
+	var u [16]byte
+	rand.Read(u[:]) // never fails (crypto/rand.Read documents so since Go 1.24)
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	var b [36]byte
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:])
+	return string(b[:])
+}

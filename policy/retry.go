@@ -1,0 +1,135 @@
+package policy
+
+import (
+	"net/http"
+	"time"
+)
+
+// Defaults of [Retry], used where a field is zero.
+const (
+	DefaultMaxAttempts     = 4
+	DefaultBackoffBase     = 200 * time.Millisecond
+	DefaultBackoffMax      = 30 * time.Second
+	DefaultMaxRetryAfter   = 60 * time.Second
+	DefaultMaxBufferedBody = 1 << 20  // 1 MiB
+	DefaultMaxProblemBody  = 64 << 10 // 64 KiB
+)
+
+// Retry is a retry policy: how many attempts, how long between them, what
+// is worth another attempt, and how much of a body is kept to replay it.
+// The zero value is ready to use and means the documented defaults.
+type Retry struct {
+	// MaxAttempts is the number of attempts, the first one included.
+	// Zero means [DefaultMaxAttempts] (4); 1 means no retries.
+	MaxAttempts int
+
+	// Backoff gives the wait before each retry. The wait used is the
+	// longer of Backoff's and the server's (Retry-After, retry-after-ms).
+	// Nil means FullJitter(DefaultBackoffBase, DefaultBackoffMax):
+	// a uniform random wait in [0, min(30s, 200ms*2^attempt)).
+	Backoff Backoff
+
+	// MaxRetryAfter is the longest server-asked wait that is honoured. A
+	// response asking for a longer one is handed back to the caller at
+	// once instead of being waited on. Zero means
+	// [DefaultMaxRetryAfter] (60s); negative means no server-asked wait
+	// is ever waited on.
+	MaxRetryAfter time.Duration
+
+	// Classify decides whether an attempt's outcome is worth another
+	// attempt. Nil means [DefaultClassifier].
+	Classify Classifier
+
+	// MaxBufferedBody is how many bytes of a request body without GetBody
+	// are kept in memory to replay it. A longer body is sent once, as it
+	// streams, and not retried. Zero means [DefaultMaxBufferedBody]
+	// (1 MiB); negative means bodies without GetBody are never buffered
+	// (and so never retried).
+	MaxBufferedBody int64
+
+	// MaxProblemBody is how many bytes of an RFC 9457 problem body are
+	// read to learn whether the server says the error is retriable. The
+	// caller still receives the whole body. Zero means
+	// [DefaultMaxProblemBody] (64 KiB); negative means problem bodies are
+	// not read.
+	MaxProblemBody int64
+
+	// IdempotencyHeader is the request header whose presence makes a POST
+	// or PATCH safe to retry. Empty means "Idempotency-Key".
+	IdempotencyHeader string
+
+	// Budget bounds retries to a fraction of recent traffic per host, so a
+	// fleet of clients does not multiply the load on a failing server.
+	// Nil means no budget.
+	Budget *Budget
+
+	// OnRetry, when set, is called before each wait for a retry.
+	OnRetry func(RetryEvent)
+}
+
+// RetryEvent describes a retry about to happen.
+type RetryEvent struct {
+	Request *http.Request // the caller's request
+	Attempt int           // the attempt that is about to be made, 2 for the first retry
+	Wait    time.Duration // how long until it is made
+	Reason  string        // why the previous attempt is retried
+	Status  int           // the previous attempt's status, 0 when it ended in an error
+	Err     error         // the previous attempt's error, nil when it got a response
+}
+
+// Attempts returns MaxAttempts or its default.
+func (p Retry) Attempts() int {
+	if p.MaxAttempts <= 0 {
+		return DefaultMaxAttempts
+	}
+	return p.MaxAttempts
+}
+
+// BackoffFunc returns Backoff or its default.
+func (p Retry) BackoffFunc() Backoff {
+	if p.Backoff == nil {
+		return FullJitter(DefaultBackoffBase, DefaultBackoffMax)
+	}
+	return p.Backoff
+}
+
+// RetryAfterLimit returns MaxRetryAfter or its default; a negative result
+// means that no server-asked wait is honoured.
+func (p Retry) RetryAfterLimit() time.Duration {
+	if p.MaxRetryAfter == 0 {
+		return DefaultMaxRetryAfter
+	}
+	return p.MaxRetryAfter
+}
+
+// Classifier returns Classify or [DefaultClassifier].
+func (p Retry) Classifier() Classifier {
+	if p.Classify == nil {
+		return DefaultClassifier
+	}
+	return p.Classify
+}
+
+// BufferLimit returns MaxBufferedBody or its default; negative means none.
+func (p Retry) BufferLimit() int64 {
+	if p.MaxBufferedBody == 0 {
+		return DefaultMaxBufferedBody
+	}
+	return p.MaxBufferedBody
+}
+
+// ProblemLimit returns MaxProblemBody or its default; negative means none.
+func (p Retry) ProblemLimit() int64 {
+	if p.MaxProblemBody == 0 {
+		return DefaultMaxProblemBody
+	}
+	return p.MaxProblemBody
+}
+
+// KeyHeader returns IdempotencyHeader or "Idempotency-Key".
+func (p Retry) KeyHeader() string {
+	if p.IdempotencyHeader == "" {
+		return "Idempotency-Key"
+	}
+	return p.IdempotencyHeader
+}

@@ -1,0 +1,55 @@
+package transport
+
+import "net/http"
+
+// Middleware wraps a RoundTripper with one concern (a deadline, retries, a
+// circuit breaker, ...). Middlewares compose with [Chain].
+type Middleware func(next http.RoundTripper) http.RoundTripper
+
+// Func is an adapter to allow the use of ordinary functions as
+// RoundTrippers, the way [http.HandlerFunc] does for handlers. If f is a
+// function with the appropriate signature, Func(f) is a RoundTripper that
+// calls f.
+type Func func(*http.Request) (*http.Response, error)
+
+// RoundTrip calls f(r).
+func (f Func) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Chain stacks mws around base, mws[0] outermost: a request passes through
+// mws[0], then mws[1], ..., then base. A nil base means
+// [http.DefaultTransport]. Nil middlewares are skipped, so a layer can be
+// switched off by leaving it out or passing nil.
+func Chain(base http.RoundTripper, mws ...Middleware) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	rt := base
+	for i := len(mws) - 1; i >= 0; i-- {
+		if mws[i] != nil {
+			rt = mws[i](rt)
+		}
+	}
+	return rt
+}
+
+// closeIdler is what [http.Client.CloseIdleConnections] looks for.
+type closeIdler interface{ CloseIdleConnections() }
+
+// closeIdle forwards CloseIdleConnections to rt when it supports it. Every
+// RoundTripper of this package calls it from its own CloseIdleConnections,
+// so the call reaches the pooled base through the whole stack.
+func closeIdle(rt http.RoundTripper) {
+	if c, ok := rt.(closeIdler); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// HostKey returns the default key that per-host state (breakers, quotas,
+// retry budgets) is kept under: the request URL's scheme and host, port
+// included when the URL has one, as in "https://api.example.com".
+func HostKey(r *http.Request) string {
+	if r.URL == nil {
+		return ""
+	}
+	return r.URL.Scheme + "://" + r.URL.Host
+}
