@@ -67,7 +67,8 @@ type RetriableError interface {
 //   - A failed dial (the request surely never left) is retried for any
 //     method. TLS certificate errors are not retried. Other network errors,
 //     attempt timeouts included, are retried when the request is idempotent.
-//   - A response's explicit directive decides next: "x-should-retry:
+//   - A response below 400 is final: a success is never retried.
+//   - An error response's explicit directive decides next: "x-should-retry:
 //     true|false" (OpenAI, Anthropic) or "Stripe-Should-Retry".
 //   - Then an RFC 9457 problem body's is_retriable (or its common
 //     spellings), both ways.
@@ -89,6 +90,9 @@ func DefaultClassifier(o Outcome) Decision {
 		return Decision{Reason: "no response"}
 	}
 	resp := o.Response
+	if resp.StatusCode < 400 {
+		return Decision{Reason: "status " + strconv.Itoa(resp.StatusCode)}
+	}
 	d := Decision{}
 	d.RetryAfter, d.HasRetryAfter = ParseRetryAfter(resp.Header, o.Now)
 

@@ -63,8 +63,34 @@ type Retry struct {
 	// Nil means no budget.
 	Budget *Budget
 
+	// OnAttempt, when set, is called after each attempt with its outcome.
+	OnAttempt func(AttemptEvent)
+
 	// OnRetry, when set, is called before each wait for a retry.
 	OnRetry func(RetryEvent)
+
+	// OnGiveUp, when set, is called when an operation ends on an error
+	// or an error status (400 and above), with the reason no further
+	// attempt is made.
+	OnGiveUp func(GiveUpEvent)
+}
+
+// AttemptEvent describes one finished attempt.
+type AttemptEvent struct {
+	Request  *http.Request // the caller's request
+	Attempt  int           // 1 for the first attempt
+	Status   int           // the response's status, 0 when the attempt ended in an error
+	Err      error         // the attempt's error
+	Duration time.Duration // from sending the attempt to its response headers or error
+}
+
+// GiveUpEvent describes an operation that ends on a failure.
+type GiveUpEvent struct {
+	Request  *http.Request // the caller's request
+	Attempts int           // attempts made
+	Reason   string        // why no further attempt is made
+	Status   int           // the last attempt's status, 0 when it ended in an error
+	Err      error         // the last attempt's error
 }
 
 // RetryEvent describes a retry about to happen.

@@ -1,0 +1,684 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/idempotency"
+	"github.com/sturdyhttp/sturdy/policy"
+)
+
+// onlyReader hides every method but Read, so net/http cannot learn the
+// body's length or make a GetBody for it.
+type onlyReader struct{ r io.Reader }
+
+func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+func TestRetryReplaysBodies(t *testing.T) {
+	const payload = `{"amount":1200,"currency":"eur"}`
+	big := strings.Repeat("x", 2048)
+	tests := []struct {
+		name      string
+		body      func() io.Reader
+		want      string
+		limit     int64
+		wantSends int
+		wantCode  int
+	}{
+		{"strings.Reader", func() io.Reader { return strings.NewReader(payload) }, payload, 0, 3, 200},
+		{"bytes.Reader", func() io.Reader { return bytes.NewReader([]byte(payload)) }, payload, 0, 3, 200},
+		{"plain io.Reader", func() io.Reader { return onlyReader{strings.NewReader(payload)} }, payload, 0, 3, 200},
+		{"http.NoBody", func() io.Reader { return http.NoBody }, "", 0, 3, 200},
+		{"nil body", func() io.Reader { return nil }, "", 0, 3, 200},
+		{"plain reader over the limit is sent once", func() io.Reader { return onlyReader{strings.NewReader(big)} }, big, 1024, 1, 503},
+		{"plain reader at the limit is replayed", func() io.Reader { return onlyReader{strings.NewReader(big)} }, big, 2048, 3, 200},
+		{"GetBody over the limit is replayed", func() io.Reader { return strings.NewReader(big) }, big, 1024, 3, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				script := httptestutil.Script(
+					httptestutil.Status(503, "down").Times(2),
+					httptestutil.Status(200, "ok"),
+				)
+				rec := newCapture(script)
+				env := newFakeEnv(t, rec)
+				c := &http.Client{Transport: Chain(env.base, Retry(policy.Retry{Backoff: constant(time.Second), MaxBufferedBody: tt.limit}))}
+				req, err := http.NewRequest("PUT", env.url+"/things/1", tt.body())
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				if got, want := resp.StatusCode, tt.wantCode; got != want {
+					t.Errorf("status = %d, want %d", got, want)
+				}
+				reqs := rec.all()
+				if got, want := len(reqs), tt.wantSends; got != want {
+					t.Fatalf("server got %d requests, want %d", got, want)
+				}
+				for i, r := range reqs {
+					if got := string(r.body); got != tt.want {
+						t.Errorf("attempt %d body = %q (%d bytes), want %q (%d bytes)", i+1, trunc(got), len(got), trunc(tt.want), len(tt.want))
+					}
+				}
+			})
+		})
+	}
+}
+
+func trunc(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+func TestIdempotencyKeySameOnEveryAttempt(t *testing.T) {
+	tests := []struct {
+		name    string
+		header  string // key set by the caller in the header
+		ctxKey  string // key set by the caller in the context
+		wantKey string // "" means a generated UUID
+	}{
+		{"generated", "", "", ""},
+		{"caller header kept", "order-42", "", "order-42"},
+		{"caller context kept", "", "order-43", "order-43"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := newCapture(httptestutil.Script(
+					httptestutil.Status(503, "").Times(2),
+					httptestutil.Status(201, "created"),
+				))
+				env := newFakeEnv(t, rec)
+				c := &http.Client{Transport: Chain(env.base,
+					IdempotencyKey(idempotency.Options{}),
+					Retry(policy.Retry{Backoff: constant(time.Second)}))}
+				ctx := context.Background()
+				if tt.ctxKey != "" {
+					ctx = idempotency.WithKey(ctx, tt.ctxKey)
+				}
+				req, _ := http.NewRequestWithContext(ctx, "POST", env.url+"/charges", strings.NewReader("amount=1"))
+				if tt.header != "" {
+					req.Header.Set("Idempotency-Key", tt.header)
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				if got, want := resp.StatusCode, 201; got != want {
+					t.Errorf("status = %d, want %d", got, want)
+				}
+				if got, want := req.Header.Get("Idempotency-Key"), tt.header; got != want {
+					t.Errorf("caller's request header changed to %q, want %q", got, want)
+				}
+				reqs := rec.all()
+				if got, want := len(reqs), 3; got != want {
+					t.Fatalf("server got %d requests, want %d", got, want)
+				}
+				first := reqs[0].header.Get("Idempotency-Key")
+				if tt.wantKey != "" && first != tt.wantKey {
+					t.Errorf("key = %q, want %q", first, tt.wantKey)
+				}
+				if tt.wantKey == "" && len(first) != 36 {
+					t.Errorf("generated key = %q, want a UUID", first)
+				}
+				for i, r := range reqs {
+					if got := r.header.Get("Idempotency-Key"); got != first {
+						t.Errorf("attempt %d key = %q, want %q", i+1, got, first)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestIdempotencyKeyNewKeyPerOperation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newCapture(httptestutil.Status(200, "").Forever())
+		env := newFakeEnv(t, rec)
+		c := &http.Client{Transport: Chain(env.base, IdempotencyKey(idempotency.Options{}), Retry(policy.Retry{}))}
+		for range 3 {
+			resp, err := c.Post(env.url, "text/plain", strings.NewReader("x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+		}
+		resp, err := c.Get(env.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		keys := map[string]bool{}
+		for _, r := range rec.all() {
+			keys[r.header.Get("Idempotency-Key")] = true
+		}
+		if got, want := len(keys), 4; got != want { // 3 distinct keys and "" for the GET
+			t.Errorf("distinct keys = %d (%v), want %d", got, keys, want)
+		}
+		if !keys[""] {
+			t.Error("GET got a key, want none")
+		}
+	})
+}
+
+func TestRetryNonIdempotentWithoutKeyNotRetried(t *testing.T) {
+	tests := []struct {
+		method string
+		key    string
+		want   int
+	}{
+		{"POST", "", 1},
+		{"PATCH", "", 1},
+		{"POST", "k", 2},
+		{"GET", "", 2},
+		{"DELETE", "", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+"/"+tt.key, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				script := httptestutil.Script(httptestutil.Status(503, "busy"), httptestutil.Status(200, "ok"))
+				env := newFakeEnv(t, script)
+				c := &http.Client{Transport: Chain(env.base, Retry(policy.Retry{Backoff: constant(time.Second)}))}
+				req, _ := http.NewRequest(tt.method, env.url, strings.NewReader("x"))
+				if tt.key != "" {
+					req.Header.Set("Idempotency-Key", tt.key)
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				if got := script.Served(); got != tt.want {
+					t.Errorf("server got %d requests, want %d", got, tt.want)
+				}
+			})
+		})
+	}
+}
+
+func TestRetryProblemIsRetriableBothWays(t *testing.T) {
+	tests := []struct {
+		name      string
+		first     httptestutil.Step
+		wantSends int
+		wantCode  int
+		wantBody  string
+	}{
+		{
+			name:      "503 is_retriable false is final, body intact",
+			first:     httptestutil.Problem(503, httptestutil.ProblemBody{Title: "Maintenance", Extensions: map[string]any{"is_retriable": false}}),
+			wantSends: 1, wantCode: 503, wantBody: `"is_retriable":false`,
+		},
+		{
+			name:      "400 is_retriable true is retried",
+			first:     httptestutil.Problem(400, httptestutil.ProblemBody{Title: "Stale read", Extensions: map[string]any{"is_retriable": true}}),
+			wantSends: 2, wantCode: 200, wantBody: "fine",
+		},
+		{
+			name:      "503 problem without is_retriable falls back to the status",
+			first:     httptestutil.Problem(503, httptestutil.ProblemBody{Title: "Down"}),
+			wantSends: 2, wantCode: 200, wantBody: "fine",
+		},
+		{
+			name:      "400 problem is final, body intact",
+			first:     httptestutil.Problem(400, httptestutil.ProblemBody{Title: "Bad", Detail: strings.Repeat("d", 100<<10)}),
+			wantSends: 1, wantCode: 400, wantBody: strings.Repeat("d", 100<<10),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				script := httptestutil.Script(tt.first, httptestutil.Status(200, "fine"))
+				env := newFakeEnv(t, script)
+				c := &http.Client{Transport: Chain(env.base, Retry(policy.Retry{Backoff: constant(time.Second)}))}
+				resp, err := c.Get(env.url)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body := readAll(t, resp)
+				if got, want := resp.StatusCode, tt.wantCode; got != want {
+					t.Errorf("status = %d, want %d", got, want)
+				}
+				if !strings.Contains(body, tt.wantBody) {
+					t.Errorf("body = %q, want it to contain %q", trunc(body), trunc(tt.wantBody))
+				}
+				if tt.wantCode != 200 && resp.ContentLength >= 0 && int64(len(body)) != resp.ContentLength {
+					t.Errorf("body is %d bytes, Content-Length says %d", len(body), resp.ContentLength)
+				}
+				if got := script.Served(); got != tt.wantSends {
+					t.Errorf("server got %d requests, want %d", got, tt.wantSends)
+				}
+			})
+		})
+	}
+}
+
+func TestRetryHonoursRetryAfter(t *testing.T) {
+	tests := []struct {
+		name     string
+		step     httptestutil.Step
+		wantWait time.Duration
+	}{
+		{"seconds", httptestutil.RetryAfterSeconds(503, 30), 30 * time.Second},
+		{"date", httptestutil.RetryAfterDate(429, time.Date(2000, 1, 1, 0, 0, 45, 0, time.UTC)), 45 * time.Second},
+		{"retry-after-ms", httptestutil.RetryAfterMS(429, 2500), 2500 * time.Millisecond},
+		{"shorter than backoff", httptestutil.RetryAfterSeconds(503, 1), 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := newCapture(httptestutil.Script(tt.step, httptestutil.Status(200, "ok")))
+				env := newFakeEnv(t, rec)
+				c := &http.Client{Transport: Chain(env.base, Retry(policy.Retry{Backoff: constant(2 * time.Second)}))}
+				resp, err := c.Get(env.url)
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				reqs := rec.all()
+				if len(reqs) != 2 {
+					t.Fatalf("server got %d requests, want 2", len(reqs))
+				}
+				if got := reqs[1].at.Sub(reqs[0].at); got != tt.wantWait {
+					t.Errorf("wait between attempts = %v, want %v", got, tt.wantWait)
+				}
+			})
+		})
+	}
+}
+
+func TestRetryNeverWaitsToFail(t *testing.T) {
+	tests := []struct {
+		name    string
+		step    httptestutil.Step
+		code    int
+		backoff time.Duration
+		policy  policy.Retry
+	}{
+		{"retry-after beyond the deadline", httptestutil.RetryAfterSeconds(503, 20), 503, time.Second, policy.Retry{}},
+		{"backoff beyond the deadline", httptestutil.Status(503, ""), 503, 15 * time.Second, policy.Retry{}},
+		{"retry-after beyond MaxRetryAfter", httptestutil.RetryAfterSeconds(429, 5), 429, time.Second, policy.Retry{MaxRetryAfter: 4 * time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				script := httptestutil.Script(tt.step, httptestutil.Status(200, "ok"))
+				env := newFakeEnv(t, script)
+				p := tt.policy
+				p.Backoff = constant(tt.backoff)
+				c := &http.Client{Transport: Chain(env.base, Retry(p))}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", env.url, nil)
+				start := time.Now()
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				if got := time.Since(start); got != 0 {
+					t.Errorf("returned after %v, want at once", got)
+				}
+				if got, want := resp.StatusCode, tt.code; got != want {
+					t.Errorf("status = %d, want %d", got, want)
+				}
+				if got := script.Served(); got != 1 {
+					t.Errorf("server got %d requests, want 1", got)
+				}
+			})
+		})
+	}
+}
+
+func TestRetryCancelDuringBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		script := httptestutil.Script(httptestutil.Status(503, "").Forever())
+		env := newFakeEnv(t, script)
+		c := &http.Client{Transport: Chain(env.base, Retry(policy.Retry{Backoff: constant(time.Hour)}))}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(3*time.Second, cancel)
+		req, _ := http.NewRequestWithContext(ctx, "GET", env.url, nil)
+		start := time.Now()
+		_, err := c.Do(req)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+		if got, want := time.Since(start), 3*time.Second; got != want {
+			t.Errorf("returned after %v, want %v", got, want)
+		}
+		if got := script.Served(); got != 1 {
+			t.Errorf("server got %d requests, want 1", got)
+		}
+	})
+}
+
+func TestRetryErrorSaysAttemptsAndKeepsCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := httptestutil.NewNetwork() // nothing listens: every dial is refused
+		base := n.Transport()
+		defer base.CloseIdleConnections()
+		c := &http.Client{Transport: Chain(base, Retry(policy.Retry{MaxAttempts: 3, Backoff: constant(time.Second)}))}
+		start := time.Now()
+		_, err := c.Post("http://down.test/charges", "text/plain", strings.NewReader("x"))
+		var re *RetryError
+		if !errors.As(err, &re) {
+			t.Fatalf("err = %v, want a *RetryError", err)
+		}
+		if got, want := re.Attempts, 3; got != want {
+			t.Errorf("Attempts = %d, want %d (a refused dial is safe to retry even for POST)", got, want)
+		}
+		if !strings.Contains(err.Error(), "giving up after 3 attempts") || !strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("err = %q, want attempts and cause in it", err)
+		}
+		if got, want := time.Since(start), 2*time.Second; got != want {
+			t.Errorf("took %v, want %v", got, want)
+		}
+	})
+}
+
+func TestDeadlineTwiceRetriesTimedOutAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		script := httptestutil.Script(httptestutil.Hang().Times(2), httptestutil.Status(200, "ok"))
+		env := newFakeEnv(t, script)
+		c := &http.Client{Transport: Chain(env.base,
+			Deadline(time.Minute),
+			Retry(policy.Retry{Backoff: constant(time.Second)}),
+			Deadline(5*time.Second))}
+		start := time.Now()
+		resp, err := c.Get(env.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := readAll(t, resp), "ok"; got != want {
+			t.Errorf("body = %q, want %q", got, want)
+		}
+		if got, want := time.Since(start), 2*(5*time.Second+time.Second); got != want {
+			t.Errorf("took %v, want %v", got, want)
+		}
+	})
+}
+
+func TestDeadlineBudgetEndsRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		script := httptestutil.Script(httptestutil.Hang().Forever())
+		env := newFakeEnv(t, script)
+		c := &http.Client{Transport: Chain(env.base,
+			Deadline(12*time.Second),
+			Retry(policy.Retry{MaxAttempts: 10, Backoff: constant(time.Second)}),
+			Deadline(5*time.Second))}
+		start := time.Now()
+		_, err := c.Get(env.url)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want context.DeadlineExceeded", err)
+		}
+		var ne interface{ Timeout() bool }
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Errorf("err = %v, want Timeout() true through http.Client", err)
+		}
+		// Attempts at 0s and 6s run 5s each; a third would start at 12s.
+		if got, want := time.Since(start), 11*time.Second; got != want {
+			t.Errorf("took %v, want %v", got, want)
+		}
+		if got := script.Served(); got != 2 {
+			t.Errorf("server got %d requests, want 2", got)
+		}
+	})
+}
+
+func TestDeadlineStreamedBodyReadableAfterRoundTrip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		body := strings.Repeat("chunk", 10)
+		env := newFakeEnv(t, httptestutil.SlowBody(200, body, 5, time.Second))
+		var attemptCtx context.Context
+		spy := Func(func(r *http.Request) (*http.Response, error) {
+			attemptCtx = r.Context()
+			return env.base.RoundTrip(r)
+		})
+		c := &http.Client{Transport: Chain(spy, Deadline(30*time.Second))}
+		resp, err := c.Get(env.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := attemptCtx.Err(); err != nil {
+			t.Fatalf("deadline released when RoundTrip returned: %v", err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("reading the streamed body: %v", err)
+		}
+		if string(got) != body {
+			t.Errorf("body = %q, want %q", got, body)
+		}
+		if attemptCtx.Err() == nil {
+			t.Error("deadline still held after the body was read to EOF")
+		}
+		resp.Body.Close()
+	})
+}
+
+func TestDeadlineReleasedOnClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := newFakeEnv(t, httptestutil.SlowBody(200, strings.Repeat("x", 100), 10, time.Second))
+		var attemptCtx context.Context
+		spy := Func(func(r *http.Request) (*http.Response, error) {
+			attemptCtx = r.Context()
+			return env.base.RoundTrip(r)
+		})
+		resp, err := (&http.Client{Transport: Chain(spy, Deadline(time.Minute))}).Get(env.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if attemptCtx.Err() == nil {
+			t.Error("deadline still held after Close")
+		}
+	})
+}
+
+func TestDeadlineParentTighterPassesThrough(t *testing.T) {
+	var got *http.Request
+	base := Func(func(r *http.Request) (*http.Response, error) {
+		got = r
+		return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://x.test/", nil)
+	if _, err := Chain(base, Deadline(time.Hour)).RoundTrip(req); err != nil {
+		t.Fatal(err)
+	}
+	if got != req {
+		t.Error("request was copied, want it passed through when the parent's deadline is tighter")
+	}
+}
+
+// TestDeadlineServerSeesDisconnect runs on loopback: it is about the
+// socket being closed, which the server must see.
+func TestDeadlineServerSeesDisconnect(t *testing.T) {
+	gone := make(chan time.Time, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+		gone <- time.Now()
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	c := &http.Client{Transport: Chain(base, Deadline(200*time.Millisecond), Retry(policy.Retry{MaxAttempts: 1}))}
+	start := time.Now()
+	_, err := c.Get(srv.URL)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want context.DeadlineExceeded", err)
+	}
+	select {
+	case at := <-gone:
+		if at.Before(start.Add(200 * time.Millisecond)) {
+			t.Errorf("server saw the disconnect after %v, before the deadline", at.Sub(start))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("server never saw the client go away")
+	}
+}
+
+// TestRetryReusesConnections runs on loopback: it counts real TCP
+// connections while 100 operations each see a 503 with a 3 KiB body
+// before succeeding.
+func TestRetryReusesConnections(t *testing.T) {
+	var conns atomic.Int64
+	var calls atomic.Int64
+	errBody := strings.Repeat("e", 3<<10)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1)%2 == 1 {
+			w.WriteHeader(503)
+			io.WriteString(w, errBody)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	base := &http.Transport{MaxIdleConnsPerHost: 4}
+	defer base.CloseIdleConnections()
+	c := &http.Client{Transport: Chain(base, Retry(policy.Retry{Backoff: constant(0)}))}
+	for range 100 {
+		resp, err := c.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, resp); got != "ok" {
+			t.Fatalf("body = %q, want ok", got)
+		}
+	}
+	if got, want := calls.Load(), int64(200); got != want {
+		t.Errorf("server calls = %d, want %d", got, want)
+	}
+	if got := conns.Load(); got != 1 {
+		t.Errorf("new connections = %d, want 1", got)
+	}
+}
+
+func TestRetryConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int64
+		env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			if calls.Add(1)%3 == 0 {
+				w.WriteHeader(503)
+				return
+			}
+			w.Write(body)
+		}))
+		c := &http.Client{Transport: Chain(env.base,
+			IdempotencyKey(idempotency.Options{}),
+			Deadline(time.Minute),
+			Retry(policy.Retry{MaxAttempts: 10, Backoff: constant(100 * time.Millisecond)}),
+			Deadline(10*time.Second))}
+		var wg sync.WaitGroup
+		for g := range 32 {
+			wg.Go(func() {
+				for i := range 20 {
+					want := strings.Repeat(string(rune('a'+g%26)), i+1)
+					resp, err := c.Post(env.url, "text/plain", onlyReader{strings.NewReader(want)})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if string(b) != want {
+						t.Errorf("body = %q, want %q", b, want)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
+
+func TestRetryFirstAttemptPassesRequestThrough(t *testing.T) {
+	var got *http.Request
+	base := Func(func(r *http.Request) (*http.Response, error) {
+		got = r
+		return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
+	})
+	for _, body := range []io.Reader{nil, strings.NewReader("with GetBody")} {
+		req, _ := http.NewRequest("PUT", "http://x.test/", body)
+		if _, err := Chain(base, Retry(policy.Retry{})).RoundTrip(req); err != nil {
+			t.Fatal(err)
+		}
+		if got != req {
+			t.Errorf("body %T: first attempt was a copy, want the request itself", body)
+		}
+	}
+}
+
+func TestAttemptFromContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := newFakeEnv(t, httptestutil.Script(httptestutil.Status(503, "").Times(2), httptestutil.Status(200, "")))
+		var seen []int
+		spy := Func(func(r *http.Request) (*http.Response, error) {
+			seen = append(seen, AttemptFromContext(r.Context()))
+			return env.base.RoundTrip(r)
+		})
+		resp, err := (&http.Client{Transport: Chain(spy, Retry(policy.Retry{Backoff: constant(time.Second)}))}).Get(env.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		if got, want := seen, []int{1, 2, 3}; !equalInts(got, want) {
+			t.Errorf("attempts seen = %v, want %v", got, want)
+		}
+	})
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+type idleCounter struct {
+	http.RoundTripper
+	n int
+}
+
+func (c *idleCounter) CloseIdleConnections() { c.n++ }
+
+func TestCloseIdleConnectionsReachesBase(t *testing.T) {
+	base := &idleCounter{}
+	rt := Chain(base, IdempotencyKey(idempotency.Options{}), Deadline(time.Second), Retry(policy.Retry{}), Deadline(time.Second))
+	(&http.Client{Transport: rt}).CloseIdleConnections()
+	if base.n != 1 {
+		t.Errorf("base CloseIdleConnections called %d times, want 1", base.n)
+	}
+}
