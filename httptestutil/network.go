@@ -23,6 +23,7 @@ import (
 type Network struct {
 	mu        sync.Mutex
 	listeners map[string]*pipeListener
+	refuse    map[string]func() bool
 	dials     atomic.Int64
 }
 
@@ -53,9 +54,10 @@ func (n *Network) DialContext(ctx context.Context, network, addr string) (net.Co
 	addr = withPort(addr)
 	n.mu.Lock()
 	l := n.listeners[addr]
+	refuse := n.refuse[addr]
 	n.mu.Unlock()
 	refused := &net.OpError{Op: "dial", Net: network, Addr: pipeAddr(addr), Err: syscall.ECONNREFUSED}
-	if l == nil {
+	if l == nil || (refuse != nil && refuse()) {
 		return nil, refused
 	}
 	client, server := net.Pipe()
@@ -72,6 +74,23 @@ func (n *Network) DialContext(ctx context.Context, network, addr string) (net.Co
 		server.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: pipeAddr(addr), Err: ctx.Err()}
 	}
+}
+
+// RefuseWhen makes dials to addr fail with ECONNREFUSED, as if nothing
+// listened there, whenever refuse reports true; connections already made
+// are not touched. A nil refuse removes the rule. [Outage.Refusing] fits.
+func (n *Network) RefuseWhen(addr string, refuse func() bool) {
+	addr = withPort(addr)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if refuse == nil {
+		delete(n.refuse, addr)
+		return
+	}
+	if n.refuse == nil {
+		n.refuse = make(map[string]func() bool)
+	}
+	n.refuse[addr] = refuse
 }
 
 // Dials reports how many connections have been established on n.
@@ -183,4 +202,3 @@ func withPort(addr string) string {
 	}
 	return addr + ":80"
 }
-

@@ -1,10 +1,8 @@
 package transport
 
 import (
-	"bytes"
 	"io"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,39 +33,6 @@ func newFakeEnv(t *testing.T, h http.Handler) *fakeEnv {
 		srv.Close()
 	})
 	return &fakeEnv{net: n, srv: srv, base: base, url: srv.URL}
-}
-
-// seen is what a server saw of one request.
-type seen struct {
-	method string
-	header http.Header
-	body   []byte
-	at     time.Time
-}
-
-// capture wraps h and keeps every request's method, headers, body and
-// arrival time.
-type capture struct {
-	mu   sync.Mutex
-	reqs []seen
-	h    http.Handler
-}
-
-func newCapture(h http.Handler) *capture { return &capture{h: h} }
-
-func (c *capture) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b, _ := io.ReadAll(r.Body)
-	c.mu.Lock()
-	c.reqs = append(c.reqs, seen{r.Method, r.Header.Clone(), b, time.Now()})
-	c.mu.Unlock()
-	r.Body = io.NopCloser(bytes.NewReader(b))
-	c.h.ServeHTTP(w, r)
-}
-
-func (c *capture) all() []seen {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]seen(nil), c.reqs...)
 }
 
 // constant is a Backoff that always waits d.

@@ -53,7 +53,7 @@ func TestRetryReplaysBodies(t *testing.T) {
 					httptestutil.Status(503, "down").Times(2),
 					httptestutil.Status(200, "ok"),
 				)
-				rec := newCapture(script)
+				rec := httptestutil.NewRecorder(script)
 				env := newFakeEnv(t, rec)
 				c := &http.Client{Transport: Chain(env.base, Retry(policy.Retry{Backoff: constant(time.Second), MaxBufferedBody: tt.limit}))}
 				req, err := http.NewRequest("PUT", env.url+"/things/1", tt.body())
@@ -68,12 +68,12 @@ func TestRetryReplaysBodies(t *testing.T) {
 				if got, want := resp.StatusCode, tt.wantCode; got != want {
 					t.Errorf("status = %d, want %d", got, want)
 				}
-				reqs := rec.all()
+				reqs := rec.Requests()
 				if got, want := len(reqs), tt.wantSends; got != want {
 					t.Fatalf("server got %d requests, want %d", got, want)
 				}
 				for i, r := range reqs {
-					if got := string(r.body); got != tt.want {
+					if got := string(r.Body); got != tt.want {
 						t.Errorf("attempt %d body = %q (%d bytes), want %q (%d bytes)", i+1, trunc(got), len(got), trunc(tt.want), len(tt.want))
 					}
 				}
@@ -103,7 +103,7 @@ func TestIdempotencyKeySameOnEveryAttempt(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				rec := newCapture(httptestutil.Script(
+				rec := httptestutil.NewRecorder(httptestutil.Script(
 					httptestutil.Status(503, "").Times(2),
 					httptestutil.Status(201, "created"),
 				))
@@ -130,11 +130,11 @@ func TestIdempotencyKeySameOnEveryAttempt(t *testing.T) {
 				if got, want := req.Header.Get("Idempotency-Key"), tt.header; got != want {
 					t.Errorf("caller's request header changed to %q, want %q", got, want)
 				}
-				reqs := rec.all()
+				reqs := rec.Requests()
 				if got, want := len(reqs), 3; got != want {
 					t.Fatalf("server got %d requests, want %d", got, want)
 				}
-				first := reqs[0].header.Get("Idempotency-Key")
+				first := reqs[0].Header.Get("Idempotency-Key")
 				if tt.wantKey != "" && first != tt.wantKey {
 					t.Errorf("key = %q, want %q", first, tt.wantKey)
 				}
@@ -142,7 +142,7 @@ func TestIdempotencyKeySameOnEveryAttempt(t *testing.T) {
 					t.Errorf("generated key = %q, want a UUID", first)
 				}
 				for i, r := range reqs {
-					if got := r.header.Get("Idempotency-Key"); got != first {
+					if got := r.Header.Get("Idempotency-Key"); got != first {
 						t.Errorf("attempt %d key = %q, want %q", i+1, got, first)
 					}
 				}
@@ -153,7 +153,7 @@ func TestIdempotencyKeySameOnEveryAttempt(t *testing.T) {
 
 func TestIdempotencyKeyNewKeyPerOperation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rec := newCapture(httptestutil.Status(200, "").Forever())
+		rec := httptestutil.NewRecorder(httptestutil.Status(200, "").Forever())
 		env := newFakeEnv(t, rec)
 		c := &http.Client{Transport: Chain(env.base, IdempotencyKey(idempotency.Options{}), Retry(policy.Retry{}))}
 		for range 3 {
@@ -169,8 +169,8 @@ func TestIdempotencyKeyNewKeyPerOperation(t *testing.T) {
 		}
 		readAll(t, resp)
 		keys := map[string]bool{}
-		for _, r := range rec.all() {
-			keys[r.header.Get("Idempotency-Key")] = true
+		for _, r := range rec.Requests() {
+			keys[r.Header.Get("Idempotency-Key")] = true
 		}
 		if got, want := len(keys), 4; got != want { // 3 distinct keys and "" for the GET
 			t.Errorf("distinct keys = %d (%v), want %d", got, keys, want)
@@ -287,7 +287,7 @@ func TestRetryHonoursRetryAfter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				rec := newCapture(httptestutil.Script(tt.step, httptestutil.Status(200, "ok")))
+				rec := httptestutil.NewRecorder(httptestutil.Script(tt.step, httptestutil.Status(200, "ok")))
 				env := newFakeEnv(t, rec)
 				c := &http.Client{Transport: Chain(env.base, Retry(policy.Retry{Backoff: constant(2 * time.Second)}))}
 				resp, err := c.Get(env.url)
@@ -295,11 +295,11 @@ func TestRetryHonoursRetryAfter(t *testing.T) {
 					t.Fatal(err)
 				}
 				readAll(t, resp)
-				reqs := rec.all()
+				reqs := rec.Requests()
 				if len(reqs) != 2 {
 					t.Fatalf("server got %d requests, want 2", len(reqs))
 				}
-				if got := reqs[1].at.Sub(reqs[0].at); got != tt.wantWait {
+				if got := reqs[1].Arrived.Sub(reqs[0].Arrived); got != tt.wantWait {
 					t.Errorf("wait between attempts = %v, want %v", got, tt.wantWait)
 				}
 			})

@@ -1,0 +1,24 @@
+// Package idempotency makes a request with side effects safe to send more
+// than once, from both ends of the wire.
+//
+// The client side is a key: made once per logical operation ([NewKey], or
+// the caller's own through [WithKey]) and carried by every attempt in the
+// Idempotency-Key header. [Options] configures it for the transport's
+// IdempotencyKey middleware, which sits outside the retry loop so that all
+// attempts share the key.
+//
+// The server side is [Handler], an [http.Handler] middleware that
+// deduplicates by that key after the IETF Idempotency-Key HTTP header
+// draft and Stripe's practice: the first request with a key runs and its
+// response is stored; a retry gets the stored response, byte for byte,
+// with "Idempotent-Replayed: true"; a retry that arrives while the first
+// still runs gets 409 Conflict with Retry-After; a key reused for a
+// different request gets 422. Responses live in a [Store]: [MemoryStore]
+// for one process, or a shared store (Redis, a database) that implements
+// the three-method interface, one round trip each.
+//
+// A client retry is only as safe as the server's deduplication: a POST
+// retried after a lost response charges twice unless the server
+// recognises the key. With both halves in place, every logical operation
+// has its side effect once, however many times the network fails.
+package idempotency

@@ -1,0 +1,121 @@
+package idempotency_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/idempotency"
+)
+
+// post sends a POST with an Idempotency-Key and prints the answer.
+func post(c *http.Client, url, key, body string) {
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := c.Do(req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.Header.Get("Content-Type") == "application/problem+json" {
+		var p struct{ Detail string }
+		json.Unmarshal(b, &p)
+		fmt.Println(resp.StatusCode, p.Detail)
+		return
+	}
+	fmt.Printf("%d %s replayed=%s\n", resp.StatusCode, b, resp.Header.Get(idempotency.ReplayedHeader))
+}
+
+// A payments handler wrapped in Handler books one charge per key,
+// however often the client retries.
+func ExampleHandler() {
+	var booked atomic.Int64
+	charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := booked.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":"ch_%d"}`, n)
+	})
+
+	n := httptestutil.NewNetwork()
+	srv := n.Serve("payments.test", idempotency.Handler(charge, idempotency.HandlerOptions{}))
+	defer srv.Close()
+	tr := n.Transport()
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+
+	post(c, srv.URL+"/charges", "order-42", `{"amount":1000}`) // runs the handler
+	post(c, srv.URL+"/charges", "order-42", `{"amount":1000}`) // a retry: replayed
+	post(c, srv.URL+"/charges", "order-42", `{"amount":9999}`) // the key reused for another charge
+	post(c, srv.URL+"/charges", "order-43", `{"amount":1000}`) // a new operation
+	fmt.Println("charges booked:", booked.Load())
+	// Output:
+	// 201 {"id":"ch_1"} replayed=
+	// 201 {"id":"ch_1"} replayed=true
+	// 422 idempotency: this Idempotency-Key was already used for a different request
+	// 201 {"id":"ch_2"} replayed=
+	// charges booked: 2
+}
+
+// Scope keeps each client's keys apart: the same key sent by two accounts
+// is two operations, and neither can read the other's response.
+func ExampleHandler_scope() {
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "created for %s", r.Header.Get("X-Account"))
+	})
+	h := idempotency.Handler(echo, idempotency.HandlerOptions{
+		// In a real service: the principal your auth middleware put in
+		// the request's context.
+		Scope: func(r *http.Request) string { return r.Header.Get("X-Account") },
+	})
+
+	n := httptestutil.NewNetwork()
+	srv := n.Serve("api.test", h)
+	defer srv.Close()
+	tr := n.Transport()
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+
+	for _, acct := range []string{"alice", "bob", "alice"} {
+		req, _ := http.NewRequest("POST", srv.URL+"/things", nil)
+		req.Header.Set("Idempotency-Key", "1")
+		req.Header.Set("X-Account", acct)
+		resp, _ := c.Do(req)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Printf("%s: %s replayed=%s\n", acct, b, resp.Header.Get(idempotency.ReplayedHeader))
+	}
+	// Output:
+	// alice: created for alice replayed=
+	// bob: created for bob replayed=
+	// alice: created for alice replayed=true
+}
+
+func ExampleParseKey() {
+	for _, v := range []string{
+		`8e03978e-40d5-43e8-bc93-6894a57f9324`,
+		`"8e03978e-40d5-43e8-bc93-6894a57f9324"`,
+		`"order \"42\""`,
+		"bad\x01key",
+		`"unterminated`,
+	} {
+		key, err := idempotency.ParseKey(v, 0)
+		if err != nil {
+			fmt.Println(err)
+			continue
+		}
+		fmt.Printf("%q\n", key)
+	}
+	// Output:
+	// "8e03978e-40d5-43e8-bc93-6894a57f9324"
+	// "8e03978e-40d5-43e8-bc93-6894a57f9324"
+	// "order \"42\""
+	// idempotency: invalid key: control character at byte 3
+	// idempotency: invalid key: missing closing quote
+}

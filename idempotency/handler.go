@@ -1,0 +1,439 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"hash"
+	"io"
+	"log"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Defaults of [HandlerOptions], used where a field is zero.
+const (
+	DefaultTTL              = 24 * time.Hour
+	DefaultLockTTL          = 5 * time.Minute
+	DefaultMaxRequestBody   = 1 << 20 // 1 MiB
+	DefaultMaxResponseBytes = 1 << 20 // 1 MiB
+	DefaultRetryAfter       = time.Second
+)
+
+// ReplayedHeader is the response header set to "true" on a replayed
+// response, as Stripe names it.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// HandlerOptions configures [Handler]. The zero value is ready to use:
+// POST and PATCH must carry an Idempotency-Key, keys are global, and
+// responses are kept 24 hours in a [MemoryStore] of the handler's own.
+type HandlerOptions struct {
+	// Header is the request header that carries the key.
+	// Empty means [DefaultHeader], "Idempotency-Key".
+	Header string
+
+	// Methods are the methods that are deduplicated; requests with other
+	// methods pass through untouched. Nil means POST and PATCH.
+	Methods []string
+
+	// Optional lets requests without a key through, undeduplicated.
+	// False (the default) means such a request gets 400.
+	Optional bool
+
+	// MaxKeyLength is the longest key accepted, in bytes; a longer one
+	// gets 400. Zero means [DefaultMaxKeyLength] (255).
+	MaxKeyLength int
+
+	// Scope returns the namespace a request's key lives in, typically
+	// the authenticated principal (account, API key ID, tenant), so that
+	// two clients that send the same key neither collide nor read each
+	// other's responses. Place Handler after the authentication
+	// middleware so Scope can see the principal. Nil, or an empty
+	// result, means one global namespace.
+	Scope func(*http.Request) string
+
+	// FingerprintHeaders names request headers whose values are part of
+	// the request's fingerprint, besides the method, the path and query,
+	// and a SHA-256 of the body. Nil means none.
+	FingerprintHeaders []string
+
+	// Store keeps locks and responses. Nil means a new [MemoryStore]
+	// with [MemoryStoreOptions]{} for this handler alone.
+	Store Store
+
+	// TTL is how long a response is kept for replay.
+	// Zero means [DefaultTTL] (24 hours).
+	TTL time.Duration
+
+	// LockTTL is how long a key stays locked while its first request
+	// runs, should the server die without releasing it. It must be
+	// longer than the slowest handler: past it, a retry runs again.
+	// Zero means [DefaultLockTTL] (5 minutes).
+	LockTTL time.Duration
+
+	// MaxRequestBody is the largest request body that is read, in bytes,
+	// to fingerprint a keyed request. A keyed request with a longer body
+	// gets 413, since it could not be told from another with the same
+	// key. Zero means [DefaultMaxRequestBody] (1 MiB).
+	MaxRequestBody int64
+
+	// MaxResponseBytes is the largest response body stored, in bytes. A
+	// longer response is sent to the client as usual but not stored, and
+	// the key is released, so a retry runs the handler again.
+	// Zero means [DefaultMaxResponseBytes] (1 MiB).
+	MaxResponseBytes int64
+
+	// Cacheable reports whether a response with this status is stored
+	// and replayed. Otherwise the key is released and a retry runs the
+	// handler again. Nil means [DefaultCacheable]: 2xx and most 4xx.
+	Cacheable func(status int) bool
+
+	// RetryAfter is the wait advised, in the Retry-After header, to a
+	// request that arrives while another with its key is in flight, or
+	// when the store fails. Zero means [DefaultRetryAfter] (1 second).
+	RetryAfter time.Duration
+
+	// OnStoreError is called with the errors of Store calls. The request
+	// is answered 503 when Begin fails; errors of Complete and Release
+	// only mean that a retry may run the handler again. Nil means the
+	// errors are logged with the log package.
+	OnStoreError func(r *http.Request, err error)
+}
+
+// DefaultCacheable is the default of [HandlerOptions.Cacheable]. It keeps
+// the outcomes that a retry should see again: 2xx, and 4xx except those
+// that ask the client to come back later or with other credentials (401
+// Unauthorized, 403 Forbidden, 408 Request Timeout, 425 Too Early, 429 Too
+// Many Requests). 1xx, 3xx and 5xx are not kept: a 5xx means the handler
+// failed, and a retry should run it again.
+func DefaultCacheable(status int) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestTimeout,
+		http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 200 && status < 300 || status >= 400 && status < 500
+}
+
+// Handler returns a handler that makes next idempotent per key, after the
+// IETF Idempotency-Key HTTP header draft and Stripe's practice.
+//
+// A request whose method is in o.Methods (POST and PATCH by default) must
+// carry a key in the Idempotency-Key header, as a plain token or a quoted
+// Structured Field string (see [ParseKey]); one without a key gets 400
+// unless o.Optional is set, one with an invalid key or with the header
+// twice gets 400. Then, under the key in the request's scope (o.Scope):
+//
+//   - The first request runs next. Its response is sent as next writes it
+//     and stored, with a fingerprint of the request (method, path and
+//     query, SHA-256 of the body, and o.FingerprintHeaders).
+//   - A request with the same key and fingerprint, once the first is
+//     done, gets the stored response, status, headers and body byte for
+//     byte, with "Idempotent-Replayed: true"; next does not run.
+//   - A request with the same key while the first still runs gets 409
+//     Conflict with a Retry-After header.
+//   - A request with the same key and another fingerprint gets 422
+//     Unprocessable Content.
+//
+// Errors are RFC 9457 problem details (application/problem+json).
+//
+// Only outcomes worth replaying are stored (o.Cacheable, by default 2xx
+// and most 4xx). After a 5xx, a panic, a hijacked connection, or a body
+// over o.MaxResponseBytes, the key is released and the client's retry
+// runs next again. A response is stored even when the client went away
+// before it arrived: that is the case the client's retry is for.
+//
+// Stored headers leave out hop-by-hop headers (Connection and those it
+// names, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade),
+// Date, which the replay gets fresh, and trailers, which are not stored.
+// When next sets no Content-Type, the type net/http sniffs from the body
+// is stored, so the replay carries the same. A replay carries a
+// Content-Length.
+//
+// When the store fails at Begin, the request gets 503 with Retry-After
+// rather than run without protection.
+func Handler(next http.Handler, o HandlerOptions) http.Handler {
+	h := &handler{
+		next:        next,
+		header:      o.Header,
+		methods:     Options{Methods: o.Methods},
+		optional:    o.Optional,
+		maxKey:      o.MaxKeyLength,
+		scope:       o.Scope,
+		store:       o.Store,
+		ttl:         o.TTL,
+		lockTTL:     o.LockTTL,
+		maxReq:      o.MaxRequestBody,
+		maxResp:     o.MaxResponseBytes,
+		cacheable:   o.Cacheable,
+		retryAfter:  o.RetryAfter,
+		onStoreErr:  o.OnStoreError,
+		fingerprint: make([]string, len(o.FingerprintHeaders)),
+	}
+	for i, name := range o.FingerprintHeaders {
+		h.fingerprint[i] = http.CanonicalHeaderKey(name)
+	}
+	if h.header == "" {
+		h.header = DefaultHeader
+	}
+	h.header = http.CanonicalHeaderKey(h.header)
+	if h.maxKey <= 0 {
+		h.maxKey = DefaultMaxKeyLength
+	}
+	if h.store == nil {
+		h.store = NewMemoryStore(MemoryStoreOptions{})
+	}
+	if h.ttl <= 0 {
+		h.ttl = DefaultTTL
+	}
+	if h.lockTTL <= 0 {
+		h.lockTTL = DefaultLockTTL
+	}
+	if h.maxReq <= 0 {
+		h.maxReq = DefaultMaxRequestBody
+	}
+	if h.maxResp <= 0 {
+		h.maxResp = DefaultMaxResponseBytes
+	}
+	if h.cacheable == nil {
+		h.cacheable = DefaultCacheable
+	}
+	if h.retryAfter <= 0 {
+		h.retryAfter = DefaultRetryAfter
+	}
+	if h.onStoreErr == nil {
+		h.onStoreErr = func(r *http.Request, err error) {
+			log.Printf("idempotency: %s %s: %v", r.Method, r.URL.Path, err)
+		}
+	}
+	return h
+}
+
+type handler struct {
+	next        http.Handler
+	header      string
+	methods     Options
+	optional    bool
+	maxKey      int
+	scope       func(*http.Request) string
+	fingerprint []string
+	store       Store
+	ttl         time.Duration
+	lockTTL     time.Duration
+	maxReq      int64
+	maxResp     int64
+	cacheable   func(int) bool
+	retryAfter  time.Duration
+	onStoreErr  func(*http.Request, error)
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.methods.Applies(r.Method) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	values := r.Header[h.header]
+	switch {
+	case len(values) == 0:
+		if h.optional {
+			h.next.ServeHTTP(w, r)
+			return
+		}
+		writeProblem(w, http.StatusBadRequest, "idempotency: this request requires an "+h.header+" header", 0)
+		return
+	case len(values) > 1:
+		writeProblem(w, http.StatusBadRequest, "idempotency: more than one "+h.header+" header", 0)
+		return
+	}
+	key, err := ParseKey(values[0], h.maxKey)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, err.Error(), 0)
+		return
+	}
+
+	body, status, err := h.readBody(r)
+	if err != nil {
+		writeProblem(w, status, err.Error(), 0)
+		return
+	}
+	fp := h.fingerprintOf(r, body)
+	if h.scope != nil {
+		if s := h.scope(r); s != "" {
+			// Keys hold no control characters, so the last NUL
+			// separates scope and key unambiguously.
+			key = s + "\x00" + key
+		}
+	}
+
+	res, err := h.store.Begin(r.Context(), key, fp, h.lockTTL)
+	if err != nil {
+		h.onStoreErr(r, err)
+		writeProblem(w, http.StatusServiceUnavailable, "idempotency: the idempotency store is unavailable", h.retryAfter)
+		return
+	}
+	switch res.State {
+	case Completed:
+		if res.Fingerprint != fp {
+			writeProblem(w, http.StatusUnprocessableEntity, "idempotency: this "+h.header+" was already used for a different request", 0)
+			return
+		}
+		replay(w, res.Response)
+		return
+	case InFlight:
+		if res.Fingerprint != fp {
+			writeProblem(w, http.StatusUnprocessableEntity, "idempotency: this "+h.header+" is in use by a different request", 0)
+			return
+		}
+		writeProblem(w, http.StatusConflict, "idempotency: a request with this "+h.header+" is still being processed", h.retryAfter)
+		return
+	case Acquired:
+	default:
+		h.onStoreErr(r, errors.New("idempotency: store returned invalid state "+strconv.Itoa(int(res.State))))
+		writeProblem(w, http.StatusServiceUnavailable, "idempotency: the idempotency store is unavailable", h.retryAfter)
+		return
+	}
+
+	r2 := new(http.Request)
+	*r2 = *r
+	if body != nil {
+		r2.Body = io.NopCloser(bytes.NewReader(body))
+	} else {
+		r2.Body = http.NoBody
+	}
+	rec := &recorder{w: w, limit: h.maxResp}
+	ctx := context.WithoutCancel(r.Context())
+	finished := false
+	defer func() {
+		if !finished { // next panicked or called runtime.Goexit
+			h.release(ctx, r, key, res.Token)
+		}
+	}()
+	h.next.ServeHTTP(rec, r2)
+	finished = true
+
+	resp, ok := rec.result()
+	if !ok || !h.cacheable(resp.Status) {
+		h.release(ctx, r, key, res.Token)
+		return
+	}
+	if err := h.store.Complete(ctx, key, res.Token, resp, h.ttl); err != nil {
+		h.onStoreErr(r, err)
+		if !errors.Is(err, ErrLockLost) {
+			// The store may still hold the lock; free it so that a
+			// retry need not wait for LockTTL. A store that already
+			// removed it answers ErrLockLost, which is expected here.
+			if err := h.store.Release(ctx, key, res.Token); err != nil && !errors.Is(err, ErrLockLost) {
+				h.onStoreErr(r, err)
+			}
+		}
+	}
+}
+
+func (h *handler) release(ctx context.Context, r *http.Request, key, token string) {
+	if err := h.store.Release(ctx, key, token); err != nil {
+		h.onStoreErr(r, err)
+	}
+}
+
+// bodyError is a request body that cannot be fingerprinted.
+type bodyError string
+
+func (e bodyError) Error() string { return string(e) }
+
+// readBody reads r's body whole, up to h.maxReq bytes. It returns nil for
+// a request without a body.
+func (h *handler) readBody(r *http.Request) ([]byte, int, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, 0, nil
+	}
+	tooLarge := bodyError("idempotency: request body larger than " + strconv.FormatInt(h.maxReq, 10) + " bytes cannot be deduplicated")
+	if r.ContentLength > h.maxReq {
+		return nil, http.StatusRequestEntityTooLarge, tooLarge
+	}
+	size := r.ContentLength
+	if size < 0 {
+		size = 512
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+1))
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, h.maxReq+1))
+	if err != nil {
+		return nil, http.StatusBadRequest, bodyError("idempotency: reading request body: " + err.Error())
+	}
+	if n > h.maxReq {
+		return nil, http.StatusRequestEntityTooLarge, tooLarge
+	}
+	return buf.Bytes(), 0, nil
+}
+
+// fingerprintOf hashes what makes two requests with one key the same
+// request: method, path and query, the chosen headers, and the body. Each
+// part is length-prefixed, so that no two requests hash the same input.
+func (h *handler) fingerprintOf(r *http.Request, body []byte) string {
+	d := sha256.New()
+	field(d, r.Method)
+	field(d, r.URL.EscapedPath())
+	field(d, r.URL.RawQuery)
+	for _, name := range h.fingerprint {
+		vs := r.Header[name]
+		field(d, strconv.Itoa(len(vs)))
+		for _, v := range vs {
+			field(d, v)
+		}
+	}
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(body)))
+	d.Write(n[:])
+	d.Write(body)
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(d.Sum(sum[:0]))
+}
+
+func field(d hash.Hash, s string) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+	d.Write(n[:])
+	io.WriteString(d, s)
+}
+
+// replay writes a stored response.
+func replay(w http.ResponseWriter, resp *StoredResponse) {
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = append([]string(nil), vs...)
+	}
+	if _, ok := h["Content-Length"]; !ok && bodyAllowed(resp.Status) {
+		h["Content-Length"] = []string{strconv.Itoa(len(resp.Body))}
+	}
+	h[ReplayedHeader] = []string{"true"}
+	w.WriteHeader(resp.Status)
+	w.Write(resp.Body)
+}
+
+// problem is an RFC 9457 problem details object.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// writeProblem answers with an RFC 9457 problem of type about:blank, whose
+// title is therefore the status text, and a Retry-After header when
+// retryAfter is positive.
+func writeProblem(w http.ResponseWriter, status int, detail string, retryAfter time.Duration) {
+	b, _ := json.Marshal(problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Cache-Control", "no-store")
+	if retryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64((retryAfter+time.Second-1)/time.Second), 10))
+	}
+	w.WriteHeader(status)
+	w.Write(b)
+}

@@ -1,0 +1,146 @@
+package idempotency
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+)
+
+// recorder is the ResponseWriter the inner handler writes to. It tees:
+// everything goes through to the client at once, as without the
+// middleware, and is also kept, up to limit bytes of body, to be stored.
+// It keeps http.Flusher and http.Hijacker working, and Unwrap lets
+// [http.ResponseController] reach the connection's other features.
+type recorder struct {
+	w     http.ResponseWriter
+	limit int64
+
+	status   int         // 0 until the header is written
+	header   http.Header // snapshot taken when the header was written
+	body     []byte
+	over     bool // the body passed limit, so it is not kept
+	hijacked bool
+}
+
+func (c *recorder) Header() http.Header { return c.w.Header() }
+
+func (c *recorder) WriteHeader(code int) {
+	if c.status == 0 && !c.hijacked {
+		if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+			c.w.WriteHeader(code) // informational: not the response
+			return
+		}
+		c.status = code
+		c.header = storedHeader(c.w.Header())
+		if n, err := strconv.ParseInt(c.w.Header().Get("Content-Length"), 10, 64); err == nil && n > 0 && n <= c.limit {
+			c.body = make([]byte, 0, n)
+		}
+	}
+	c.w.WriteHeader(code)
+}
+
+func (c *recorder) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	if !c.over {
+		if int64(len(c.body))+int64(len(p)) > c.limit {
+			c.over, c.body = true, nil
+		} else {
+			c.body = append(c.body, p...)
+		}
+	}
+	return c.w.Write(p)
+}
+
+// FlushError flushes the client's connection, as [http.ResponseController]
+// does.
+func (c *recorder) FlushError() error {
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	return http.NewResponseController(c.w).Flush()
+}
+
+// Flush implements [http.Flusher].
+func (c *recorder) Flush() { c.FlushError() }
+
+// Hijack implements [http.Hijacker]. A hijacked response is not stored.
+func (c *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c.hijacked = true
+	return http.NewResponseController(c.w).Hijack()
+}
+
+// Unwrap returns the client's ResponseWriter, for [http.ResponseController].
+func (c *recorder) Unwrap() http.ResponseWriter { return c.w }
+
+// result returns the response to store, and false when there is none to
+// store: the connection was hijacked, the status is 101, or the body was
+// over the limit.
+func (c *recorder) result() (*StoredResponse, bool) {
+	if c.hijacked || c.over {
+		return nil, false
+	}
+	if c.status == 0 { // next wrote nothing: net/http sends 200
+		c.status = http.StatusOK
+		c.header = storedHeader(c.w.Header())
+	}
+	if c.status == http.StatusSwitchingProtocols {
+		return nil, false
+	}
+	h := c.header
+	// Store the Content-Type net/http sniffs when the handler sets none,
+	// under the same conditions (net/http's chunkWriter.writeHeader).
+	if _, ok := h["Content-Type"]; !ok && len(c.body) > 0 && bodyAllowed(c.status) && c.w.Header().Get("Transfer-Encoding") == "" {
+		h["Content-Type"] = []string{http.DetectContentType(c.body)}
+	}
+	body := c.body
+	if cap(body)-len(body) > len(body)/8 {
+		body = bytes.Clone(body) // do not keep append's spare capacity
+	}
+	return &StoredResponse{Status: c.status, Header: h, Body: body}, true
+}
+
+// storedHeader returns a copy of h without what must not be replayed:
+// hop-by-hop headers (RFC 9110 §7.6.1) and those named by Connection,
+// Date, and trailers.
+func storedHeader(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	for k, vs := range h {
+		if hopHeader(k) || strings.HasPrefix(k, http.TrailerPrefix) {
+			continue
+		}
+		out[k] = append([]string(nil), vs...)
+	}
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
+			delete(out, textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name)))
+		}
+	}
+	return out
+}
+
+func hopHeader(k string) bool {
+	switch k {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Date":
+		return true
+	}
+	return false
+}
+
+// bodyAllowed reports whether a response with status may have a body
+// (RFC 9110 §6.4.1), as net/http decides.
+func bodyAllowed(status int) bool {
+	switch {
+	case status >= 100 && status <= 199:
+		return false
+	case status == http.StatusNoContent, status == http.StatusNotModified:
+		return false
+	}
+	return true
+}

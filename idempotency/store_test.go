@@ -1,0 +1,349 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+var ctx = context.Background()
+
+func resp(body string) *StoredResponse {
+	return &StoredResponse{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(body)}
+}
+
+// check verifies the store's accounting against its contents.
+func check(t *testing.T, s *MemoryStore) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var bytes int64
+	n := 0
+	for _, l := range []*memList{&s.pending, &s.done} {
+		for e := l.head; e != nil; e = e.next {
+			n++
+			bytes += e.size
+			if s.entries[e.key] != e {
+				t.Errorf("listed entry %q is not in the map", e.key)
+			}
+			want := int64(entryOverhead+len(e.key)+len(e.fingerprint)+len(e.token)) + e.resp.Size()
+			if e.size != want {
+				t.Errorf("entry %q size = %d, want %d", e.key, e.size, want)
+			}
+		}
+	}
+	if n != len(s.entries) {
+		t.Errorf("listed entries = %d, want %d in the map", n, len(s.entries))
+	}
+	if bytes != s.bytes {
+		t.Errorf("bytes = %d, want %d summed over entries", s.bytes, bytes)
+	}
+	if len(s.entries) > s.maxEntries || s.bytes > s.maxBytes {
+		t.Errorf("store holds %d entries, %d bytes; limits %d, %d", len(s.entries), s.bytes, s.maxEntries, s.maxBytes)
+	}
+}
+
+func TestMemoryStoreLifecycle(t *testing.T) {
+	s := NewMemoryStore(MemoryStoreOptions{})
+	r, err := s.Begin(ctx, "k", "fp1", time.Minute)
+	if err != nil || r.State != Acquired || r.Token == "" {
+		t.Fatalf("first Begin = %+v, %v; want Acquired with a token", r, err)
+	}
+	tok := r.Token
+
+	r, err = s.Begin(ctx, "k", "fp2", time.Minute)
+	if err != nil || r.State != InFlight || r.Fingerprint != "fp1" || r.Token != "" {
+		t.Errorf("Begin while in flight = %+v, %v; want InFlight, fingerprint fp1, no token", r, err)
+	}
+	if err := s.Complete(ctx, "k", tok+"x", resp("no"), time.Hour); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Complete with a wrong token = %v, want ErrLockLost", err)
+	}
+	if err := s.Release(ctx, "k", tok+"x"); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Release with a wrong token = %v, want ErrLockLost", err)
+	}
+	want := resp(`{"id":1}`)
+	if err := s.Complete(ctx, "k", tok, want, time.Hour); err != nil {
+		t.Fatalf("Complete = %v, want nil", err)
+	}
+	r, err = s.Begin(ctx, "k", "fp1", time.Minute)
+	if err != nil || r.State != Completed || r.Fingerprint != "fp1" || r.Response != want {
+		t.Errorf("Begin after Complete = %+v, %v; want Completed, fp1, the stored response", r, err)
+	}
+	if err := s.Complete(ctx, "k", tok, resp("again"), time.Hour); !errors.Is(err, ErrLockLost) {
+		t.Errorf("second Complete = %v, want ErrLockLost", err)
+	}
+	if err := s.Release(ctx, "k", tok); !errors.Is(err, ErrLockLost) {
+		t.Errorf("Release after Complete = %v, want ErrLockLost", err)
+	}
+	if got := s.Stats(); got.Entries != 1 || got.InFlight != 0 {
+		t.Errorf("Stats = %+v, want 1 entry, 0 in flight", got)
+	}
+	check(t, s)
+}
+
+func TestMemoryStoreRelease(t *testing.T) {
+	s := NewMemoryStore(MemoryStoreOptions{})
+	r, _ := s.Begin(ctx, "k", "fp", time.Minute)
+	if err := s.Release(ctx, "k", r.Token); err != nil {
+		t.Fatalf("Release = %v, want nil", err)
+	}
+	if got := s.Stats(); got != (MemoryStats{}) {
+		t.Errorf("Stats after Release = %+v, want zero", got)
+	}
+	r2, err := s.Begin(ctx, "k", "other", time.Minute)
+	if err != nil || r2.State != Acquired || r2.Token == r.Token {
+		t.Errorf("Begin after Release = %+v, %v; want Acquired with a new token", r2, err)
+	}
+	check(t, s)
+}
+
+func TestMemoryStoreExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemoryStore(MemoryStoreOptions{})
+		r, _ := s.Begin(ctx, "k", "fp", time.Minute)
+		if err := s.Complete(ctx, "k", r.Token, resp("x"), 24*time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(24*time.Hour - time.Nanosecond)
+		if r, _ := s.Begin(ctx, "k", "fp", time.Minute); r.State != Completed {
+			t.Errorf("state 1ns before the TTL = %v, want completed", r.State)
+		}
+		time.Sleep(time.Nanosecond)
+		if r, _ := s.Begin(ctx, "k", "fp", time.Minute); r.State != Acquired {
+			t.Errorf("state at the TTL = %v, want acquired", r.State)
+		}
+		check(t, s)
+	})
+}
+
+func TestMemoryStoreLockExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemoryStore(MemoryStoreOptions{})
+		first, _ := s.Begin(ctx, "k", "fp", 5*time.Minute)
+		time.Sleep(5*time.Minute - time.Nanosecond)
+		if r, _ := s.Begin(ctx, "k", "fp", 5*time.Minute); r.State != InFlight {
+			t.Errorf("state 1ns before the lock TTL = %v, want in flight", r.State)
+		}
+		time.Sleep(time.Nanosecond)
+		second, _ := s.Begin(ctx, "k", "fp", 5*time.Minute)
+		if second.State != Acquired {
+			t.Fatalf("state at the lock TTL = %v, want acquired", second.State)
+		}
+		// The crashed (or slow) first holder can no longer write.
+		if err := s.Complete(ctx, "k", first.Token, resp("stale"), time.Hour); !errors.Is(err, ErrLockLost) {
+			t.Errorf("Complete by the expired holder = %v, want ErrLockLost", err)
+		}
+		if err := s.Complete(ctx, "k", second.Token, resp("fresh"), time.Hour); err != nil {
+			t.Errorf("Complete by the new holder = %v, want nil", err)
+		}
+		r, _ := s.Begin(ctx, "k", "fp", time.Minute)
+		if got, want := string(r.Response.Body), "fresh"; got != want {
+			t.Errorf("stored body = %q, want %q", got, want)
+		}
+		check(t, s)
+	})
+}
+
+func complete(t *testing.T, s *MemoryStore, key, body string) {
+	t.Helper()
+	r, err := s.Begin(ctx, key, "fp", time.Minute)
+	if err != nil || r.State != Acquired {
+		t.Fatalf("Begin(%q) = %+v, %v; want Acquired", key, r, err)
+	}
+	if err := s.Complete(ctx, key, r.Token, resp(body), time.Hour); err != nil {
+		t.Fatalf("Complete(%q) = %v", key, err)
+	}
+}
+
+func TestMemoryStoreEvictsOldestFirst(t *testing.T) {
+	s := NewMemoryStore(MemoryStoreOptions{MaxEntries: 3})
+	complete(t, s, "a", "1")
+	complete(t, s, "b", "2")
+	complete(t, s, "c", "3")
+	complete(t, s, "d", "4") // evicts a
+	complete(t, s, "e", "5") // evicts b
+	for _, tt := range []struct {
+		key  string
+		want State
+	}{{"c", Completed}, {"d", Completed}, {"e", Completed}, {"a", Acquired}} {
+		r, err := s.Begin(ctx, tt.key, "fp", time.Minute)
+		if err != nil || r.State != tt.want {
+			t.Errorf("Begin(%q) = %v, %v; want %v", tt.key, r.State, err, tt.want)
+		}
+	}
+	// Begin("a") evicted c to make room for its lock.
+	if got := s.Stats(); got.Entries != 3 || got.InFlight != 1 || got.Evictions != 3 {
+		t.Errorf("Stats = %+v, want 3 entries, 1 in flight, 3 evictions", got)
+	}
+	check(t, s)
+}
+
+func TestMemoryStoreExpiredGoBeforeLive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemoryStore(MemoryStoreOptions{MaxEntries: 2})
+		r, _ := s.Begin(ctx, "old", "fp", time.Minute)
+		s.Complete(ctx, "old", r.Token, resp("x"), time.Minute)
+		r, _ = s.Begin(ctx, "new", "fp", time.Minute)
+		s.Complete(ctx, "new", r.Token, resp("y"), time.Hour)
+		time.Sleep(time.Minute)
+		complete(t, s, "newer", "z")
+		if got := s.Stats(); got.Entries != 2 || got.Evictions != 0 {
+			t.Errorf("Stats = %+v, want 2 entries, 0 evictions (the expired one went)", got)
+		}
+		if r, _ := s.Begin(ctx, "new", "fp", time.Minute); r.State != Completed {
+			t.Errorf("live entry state = %v, want completed", r.State)
+		}
+	})
+}
+
+func TestMemoryStoreNeverEvictsLocks(t *testing.T) {
+	s := NewMemoryStore(MemoryStoreOptions{MaxEntries: 2})
+	s.Begin(ctx, "a", "fp", time.Minute)
+	s.Begin(ctx, "b", "fp", time.Minute)
+	if _, err := s.Begin(ctx, "c", "fp", time.Minute); !errors.Is(err, ErrStoreFull) {
+		t.Errorf("Begin on a store full of locks = %v, want ErrStoreFull", err)
+	}
+	for _, k := range []string{"a", "b"} {
+		if r, _ := s.Begin(ctx, k, "fp", time.Minute); r.State != InFlight {
+			t.Errorf("lock %q state = %v, want in flight", k, r.State)
+		}
+	}
+	check(t, s)
+}
+
+func TestMemoryStoreTooLarge(t *testing.T) {
+	s := NewMemoryStore(MemoryStoreOptions{MaxBytes: 4096})
+	complete(t, s, "small", "ok")
+	before := s.Stats()
+	r, _ := s.Begin(ctx, "big", "fp", time.Minute)
+	err := s.Complete(ctx, "big", r.Token, resp(string(make([]byte, 4096))), time.Hour)
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Complete of a response over MaxBytes = %v, want ErrTooLarge", err)
+	}
+	if r, _ := s.Begin(ctx, "big", "fp", time.Minute); r.State != Acquired {
+		t.Errorf("key after ErrTooLarge: state %v, want acquired (released)", r.State)
+	}
+	if r, _ := s.Begin(ctx, "small", "fp", time.Minute); r.State != Completed {
+		t.Errorf("other entry state = %v, want completed (not evicted for a response that cannot fit)", r.State)
+	}
+	if got := s.Stats(); got.Evictions != before.Evictions {
+		t.Errorf("evictions = %d, want %d", got.Evictions, before.Evictions)
+	}
+	check(t, s)
+}
+
+// TestMemoryStoreBounds stores 100 000 distinct keys with responses of
+// varied size into a store bounded well below that, checking its limits
+// after every step and its accounting against its contents at the end.
+func TestMemoryStoreBounds(t *testing.T) {
+	const keys = 100_000
+	o := MemoryStoreOptions{MaxEntries: 5_000, MaxBytes: 1 << 20}
+	s := NewMemoryStore(o)
+	body := make([]byte, 2000)
+	for i := range keys {
+		key := "key-" + strconv.Itoa(i)
+		r, err := s.Begin(ctx, key, "fp-"+key, time.Minute)
+		if err != nil || r.State != Acquired {
+			t.Fatalf("Begin(%q) = %+v, %v; want Acquired", key, r, err)
+		}
+		switch i % 10 {
+		case 0:
+			s.Release(ctx, key, r.Token)
+		default:
+			n := (i * 7919) % len(body)
+			if err := s.Complete(ctx, key, r.Token, &StoredResponse{Status: 200, Body: body[:n]}, time.Hour); err != nil {
+				t.Fatalf("Complete(%q) = %v", key, err)
+			}
+		}
+		if st := s.Stats(); st.Entries > o.MaxEntries || st.Bytes > o.MaxBytes {
+			t.Fatalf("after %d keys: %d entries, %d bytes; limits %d, %d", i+1, st.Entries, st.Bytes, o.MaxEntries, o.MaxBytes)
+		}
+	}
+	check(t, s)
+	st := s.Stats()
+	t.Logf("after %d keys: %+v", keys, st)
+	if st.Evictions < keys/2 {
+		t.Errorf("evictions = %d, want most of the %d keys evicted", st.Evictions, keys)
+	}
+	// The newest responses are still there.
+	last := "key-" + strconv.Itoa(keys-1)
+	if r, _ := s.Begin(ctx, last, "fp-"+last, time.Minute); r.State != Completed {
+		t.Errorf("newest key state = %v, want completed", r.State)
+	}
+}
+
+// TestMemoryStoreHeap checks that the store's byte accounting is honest:
+// the heap it really holds for 100 000 entries is within 25% of what it
+// counts.
+func TestMemoryStoreHeap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates 100 000 entries")
+	}
+	const n = 100_000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := NewMemoryStore(MemoryStoreOptions{MaxEntries: n, MaxBytes: 1 << 30})
+	for i := range n {
+		key := fmt.Sprintf("scope-%06d\x00%08x-1234-4abc-8def-0123456789ab", i%1000, i)
+		fp := fmt.Sprintf("%064x", i)
+		r, _ := s.Begin(ctx, key, fp, time.Minute)
+		s.Complete(ctx, key, r.Token, &StoredResponse{
+			Status: 201,
+			Header: http.Header{"Content-Type": {"application/json"}},
+			Body:   fmt.Appendf(nil, `{"id":"ch_%08d","amount":1000,"currency":"eur"}`, i),
+		}, time.Hour)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	counted := s.Stats().Bytes
+	t.Logf("%d entries: heap %d bytes (%d per entry), counted %d (%d per entry)", n, heap, heap/n, counted, counted/n)
+	if ratio := float64(heap) / float64(counted); ratio < 0.75 || ratio > 1.25 {
+		t.Errorf("heap/counted = %.2f, want within 0.75..1.25", ratio)
+	}
+	runtime.KeepAlive(s)
+}
+
+// TestMemoryStoreConcurrent races many goroutines on few keys: each key
+// is acquired exactly once.
+func TestMemoryStoreConcurrent(t *testing.T) {
+	s := NewMemoryStore(MemoryStoreOptions{MaxEntries: 100})
+	const workers, keys = 8, 50
+	var mu sync.Mutex
+	acquired := map[string]int{}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range keys {
+				key := strconv.Itoa((i + w) % keys)
+				r, err := s.Begin(ctx, key, "fp", time.Hour)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.State == Acquired {
+					mu.Lock()
+					acquired[key]++
+					mu.Unlock()
+					s.Complete(ctx, key, r.Token, resp(key), time.Hour)
+				}
+				s.Stats()
+			}
+		})
+	}
+	wg.Wait()
+	for i := range keys {
+		if got := acquired[strconv.Itoa(i)]; got != 1 {
+			t.Errorf("key %d acquired %d times, want 1", i, got)
+		}
+	}
+	check(t, s)
+}

@@ -1,0 +1,141 @@
+package policy
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestBudgetAllFailing(t *testing.T) {
+	tests := []struct {
+		name  string
+		b     *Budget
+		ops   int
+		tries int // attempts each operation wants
+		want  int // retries allowed
+	}{
+		{"defaults", &Budget{}, 1000, 4, 10 + 200},
+		{"ratio 0.1 floor 5", &Budget{Ratio: 0.1, MinRetries: 5}, 1000, 4, 5 + 100},
+		{"quiet client keeps its floor", &Budget{}, 3, 4, 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			retries := 0
+			for range tt.ops {
+				tt.b.Request("h", now)
+				for range tt.tries - 1 {
+					if tt.b.Retry("h", now) {
+						retries++
+					}
+				}
+			}
+			if retries != tt.want {
+				t.Errorf("retries = %d, want %d", retries, tt.want)
+			}
+		})
+	}
+}
+
+func TestBudgetFewFailuresAllRetried(t *testing.T) {
+	b := &Budget{}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	denied := 0
+	for i := range 1000 {
+		b.Request("h", now)
+		if i%20 == 0 && !b.Retry("h", now) { // 5% fail
+			denied++
+		}
+		now = now.Add(10 * time.Millisecond)
+	}
+	if denied != 0 {
+		t.Errorf("denied %d retries, want 0", denied)
+	}
+}
+
+func TestBudgetWindowForgets(t *testing.T) {
+	b := &Budget{MinRetries: 1, Ratio: 0.5, Window: 10 * time.Second}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	steps := []struct {
+		after time.Duration
+		ops   int
+		want  bool
+	}{
+		{0, 2, true},                // 1 + 0.5*2 = 2 allowed
+		{0, 0, true},                // second
+		{0, 0, false},               // third is over
+		{5 * time.Second, 0, false}, // still inside the window
+		{6 * time.Second, 0, true},  // 11s later: all forgotten, floor again
+	}
+	for i, s := range steps {
+		now = now.Add(s.after)
+		for range s.ops {
+			b.Request("h", now)
+		}
+		if got := b.Retry("h", now); got != s.want {
+			t.Errorf("step %d: Retry = %v, want %v", i, got, s.want)
+		}
+	}
+}
+
+func TestBudgetPerHost(t *testing.T) {
+	b := &Budget{MinRetries: 1, Ratio: 0.01}
+	now := time.Now()
+	b.Request("a", now)
+	b.Request("b", now)
+	if !b.Retry("a", now) || b.Retry("a", now) {
+		t.Error("host a: want exactly one retry")
+	}
+	if !b.Retry("b", now) {
+		t.Error("host b: retry refused because of host a")
+	}
+}
+
+func TestBudgetBoundedHosts(t *testing.T) {
+	b := &Budget{MaxHosts: 100, Window: time.Second}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 10000 {
+		b.Request(fmt.Sprintf("h%d", i), now)
+		now = now.Add(time.Millisecond)
+	}
+	// Hosts idle for a second are dropped: about 1000 stay (1 per ms).
+	if got := b.Hosts(); got > 1200 {
+		t.Errorf("hosts tracked = %d, want at most 1200", got)
+	}
+}
+
+func TestBudgetConcurrent(t *testing.T) {
+	b := &Budget{}
+	now := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	allowed := 0
+	for range 8 {
+		wg.Go(func() {
+			for range 1000 {
+				b.Request("h", now)
+				if b.Retry("h", now) {
+					mu.Lock()
+					allowed++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if want := 10 + 1600; allowed > want {
+		t.Errorf("allowed = %d, want at most %d", allowed, want)
+	}
+}
+
+func BenchmarkBudget(b *testing.B) {
+	bg := &Budget{}
+	now := time.Now()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			bg.Request("api.example.com", now)
+		}
+	})
+}

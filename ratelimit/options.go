@@ -1,0 +1,113 @@
+package ratelimit
+
+import (
+	"net/http"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Defaults of [Options], used where a field is zero.
+const (
+	DefaultMaxWait     = 60 * time.Second
+	DefaultMaxHosts    = 4096
+	DefaultReleaseRate = rate.Limit(20) // per second, when the quota says nothing better
+)
+
+// Options configures a [Tracker]. The zero value is ready to use: it
+// waits out exhausted quotas and server-asked pauses of up to a minute,
+// with no client-side rate.
+type Options struct {
+	// Reserve is how many units of a quota are left untouched: a request
+	// waits for the reset once Remaining is at or below Reserve. Zero
+	// means 0 (use the quota to the last unit); a negative Reserve means
+	// that quota headers never cause a wait (Retry-After pauses still
+	// do).
+	Reserve int
+
+	// Rate is a client-side limit, in requests per second per key, for
+	// APIs that publish their limits but send no headers. Zero means no
+	// client-side limit. When a server announces its policy (an IETF
+	// RateLimit-Policy q= and w=), the limiter adopts the server's rate
+	// q/w in place of Rate.
+	Rate rate.Limit
+
+	// Burst is how many requests the client-side limiter lets through at
+	// once. Zero means 1. Unused when Rate is zero.
+	Burst int
+
+	// MaxWait is the longest a request waits for a quota reset, a pause
+	// or the client-side limiter. A request that would wait longer fails
+	// at once with a [*QuotaError]. Zero means [DefaultMaxWait] (60s);
+	// negative means a request never waits and fails whenever it would
+	// have to.
+	MaxWait time.Duration
+
+	// Key returns the key that quota state is kept under. Nil means the
+	// request URL's scheme and host, port included ("https://api.example.com"),
+	// the same key as transport.HostKey, so quotas, breakers and retry
+	// budgets line up.
+	Key func(*http.Request) string
+
+	// MaxHosts bounds how many keys are tracked. When it is reached, the
+	// keys idle the longest (no pause, no waiter) are dropped to make
+	// room. Zero means [DefaultMaxHosts] (4096).
+	MaxHosts int
+
+	// OnWait, when set, is called before a request waits, with the key,
+	// how long and why. It runs on the request's goroutine and must not
+	// block. Nil costs nothing.
+	OnWait func(WaitEvent)
+
+	// OnReject, when set, is called when a request fails fast because its
+	// wait cannot finish in time. Nil costs nothing.
+	OnReject func(RejectEvent)
+}
+
+// The reasons of [WaitEvent] and [RejectEvent].
+const (
+	ReasonQuota       = "quota"       // the server's quota is exhausted until its reset
+	ReasonRetryAfter  = "retry-after" // the server asked the host to pause (429 or 503 with Retry-After)
+	ReasonClientRate  = "client-rate" // the client-side limiter (Options.Rate)
+	ReasonAwaitQuota  = "await-quota" // the window rolled over and its new reset is not known yet
+	ReasonReleaseRate = "release"     // spreading the requests released at the end of a pause
+)
+
+// WaitEvent describes a wait about to happen.
+type WaitEvent struct {
+	Request *http.Request // the request that waits
+	Key     string        // its quota key
+	Wait    time.Duration // how long it is expected to wait; 0 when not known in advance
+	Reason  string        // one of the Reason constants
+}
+
+// RejectEvent describes a request failed fast: its wait could not end
+// before its deadline or Options.MaxWait.
+type RejectEvent struct {
+	Request *http.Request // the rejected request
+	Key     string        // its quota key
+	Wait    time.Duration // the wait that was refused
+	Reason  string        // one of the Reason constants
+	Err     *QuotaError   // the error the request fails with
+}
+
+func (o Options) maxWait() time.Duration {
+	if o.MaxWait == 0 {
+		return DefaultMaxWait
+	}
+	return o.MaxWait
+}
+
+func (o Options) maxHosts() int {
+	if o.MaxHosts <= 0 {
+		return DefaultMaxHosts
+	}
+	return o.MaxHosts
+}
+
+func (o Options) burst() int {
+	if o.Burst <= 0 {
+		return 1
+	}
+	return o.Burst
+}

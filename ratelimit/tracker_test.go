@@ -1,0 +1,563 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func newReq(t *testing.T, ctx context.Context, url string) *http.Request {
+	t.Helper()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	r, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// quotaHeader is a response saying remaining units are left of limit and
+// the window resets in reset (X-RateLimit-* family, delta seconds).
+func quotaHeader(limit, remaining int, reset time.Duration) http.Header {
+	return hdr(
+		"X-RateLimit-Limit", strconv.Itoa(limit),
+		"X-RateLimit-Remaining", strconv.Itoa(remaining),
+		"X-RateLimit-Reset-After", strconv.FormatFloat(reset.Seconds(), 'f', -1, 64),
+	)
+}
+
+// timedWait calls Wait and returns its error and how long it took.
+func timedWait(tr *Tracker, r *http.Request) (time.Duration, error) {
+	start := time.Now()
+	err := tr.Wait(r)
+	return time.Since(start), err
+}
+
+func TestTrackerNothingKnown(t *testing.T) {
+	tr := NewTracker(Options{})
+	r := newReq(t, nil, "https://api.example.com/x")
+	if err := tr.Wait(r); err != nil {
+		t.Fatalf("Wait = %v, want nil", err)
+	}
+	tr.Observe(r, hdr("Content-Type", "text/plain"))
+	tr.Observe(r, nil)
+	if got := tr.Len(); got != 0 {
+		t.Errorf("Len after responses without quota = %d, want 0", got)
+	}
+	if _, ok := tr.Quota(r); ok {
+		t.Errorf("Quota ok = true, want false")
+	}
+}
+
+func TestTrackerWaitsForReset(t *testing.T) {
+	cases := []struct {
+		name      string
+		opts      Options
+		remaining int
+		wantWait  time.Duration
+	}{
+		{"exhausted waits for reset", Options{}, 0, 2 * time.Second},
+		{"room left goes", Options{}, 1, 0},
+		{"at the reserve waits", Options{Reserve: 3}, 3, 2 * time.Second},
+		{"above the reserve goes", Options{Reserve: 3}, 4, 0},
+		{"negative reserve never waits on quota", Options{Reserve: -1}, 0, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr := NewTracker(tc.opts)
+				r := newReq(t, nil, "https://api.example.com/x")
+				tr.Observe(r, quotaHeader(100, tc.remaining, 2*time.Second))
+				took, err := timedWait(tr, r)
+				if err != nil {
+					t.Fatalf("Wait = %v, want nil", err)
+				}
+				if took != tc.wantWait {
+					t.Errorf("Wait took %v, want %v", took, tc.wantWait)
+				}
+			})
+		})
+	}
+}
+
+func TestTrackerFailsFast(t *testing.T) {
+	cases := []struct {
+		name    string
+		opts    Options
+		timeout time.Duration // 0: no deadline
+		reset   time.Duration
+		fail    bool
+	}{
+		{"deadline before reset", Options{}, time.Second, 2 * time.Second, true},
+		{"deadline at reset", Options{}, 2 * time.Second, 2 * time.Second, true},
+		{"deadline after reset", Options{}, 3 * time.Second, 2 * time.Second, false},
+		{"MaxWait below reset", Options{MaxWait: time.Second}, 0, 2 * time.Second, true},
+		{"MaxWait at reset", Options{MaxWait: 2 * time.Second}, 0, 2 * time.Second, false},
+		{"default MaxWait 60s", Options{}, 0, 61 * time.Second, true},
+		{"negative MaxWait never waits", Options{MaxWait: -1}, 0, time.Second, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var rejects []RejectEvent
+				tc.opts.OnReject = func(e RejectEvent) { rejects = append(rejects, e) }
+				tr := NewTracker(tc.opts)
+				ctx := context.Background()
+				if tc.timeout > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.timeout)
+					defer cancel()
+				}
+				r := newReq(t, ctx, "https://api.example.com/x")
+				start := time.Now()
+				tr.Observe(r, quotaHeader(100, 0, tc.reset))
+				took, err := timedWait(tr, r)
+				if !tc.fail {
+					if err != nil || took != tc.reset {
+						t.Fatalf("Wait = %v after %v, want nil after %v", err, took, tc.reset)
+					}
+					return
+				}
+				if took != 0 {
+					t.Errorf("failing Wait took %v, want 0", took)
+				}
+				if !errors.Is(err, ErrQuotaExhausted) {
+					t.Fatalf("Wait = %v, want ErrQuotaExhausted", err)
+				}
+				var qe *QuotaError
+				if !errors.As(err, &qe) {
+					t.Fatalf("Wait = %T, want *QuotaError", err)
+				}
+				if got, want := qe.Reset, start.Add(tc.reset); !got.Equal(want) {
+					t.Errorf("QuotaError.Reset = %v, want %v", got, want)
+				}
+				if qe.Wait != tc.reset || qe.Reason != ReasonQuota || qe.Key != "https://api.example.com" {
+					t.Errorf("QuotaError = %+v, want Wait %v, Reason %q, Key https://api.example.com", qe, tc.reset, ReasonQuota)
+				}
+				if qe.Retriable() {
+					t.Errorf("Retriable() = true, want false")
+				}
+				if len(rejects) != 1 || rejects[0].Err != qe || rejects[0].Key != qe.Key || rejects[0].Request != r {
+					t.Errorf("OnReject calls = %+v, want one with the error", rejects)
+				}
+			})
+		})
+	}
+}
+
+func TestQuotaErrorMessage(t *testing.T) {
+	cases := []struct {
+		wait time.Duration
+		want string
+	}{
+		{4200 * time.Millisecond, "ratelimit: quota exhausted for https://api.example.com (resets in 4.2s)"},
+		{4249 * time.Millisecond, "ratelimit: quota exhausted for https://api.example.com (resets in 4.2s)"},
+		{1234567 * time.Microsecond, "ratelimit: quota exhausted for https://api.example.com (resets in 1.2s)"},
+		{20*time.Millisecond + 400*time.Microsecond, "ratelimit: quota exhausted for https://api.example.com (resets in 20ms)"},
+	}
+	for _, tc := range cases {
+		err := &QuotaError{Key: "https://api.example.com", Wait: tc.wait}
+		if got := err.Error(); got != tc.want {
+			t.Errorf("Error() = %q, want %q", got, tc.want)
+		}
+	}
+	var err error = &QuotaError{}
+	if !errors.Is(err, ErrQuotaExhausted) || errors.Unwrap(err) != ErrQuotaExhausted {
+		t.Errorf("QuotaError does not match ErrQuotaExhausted")
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("QuotaError matches DeadlineExceeded, want not")
+	}
+}
+
+func TestTrackerCountsDown(t *testing.T) {
+	// The server said 5 are left for 10 s. Five requests go at once, the
+	// sixth waits for the reset without any 429 to learn from.
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		r := newReq(t, nil, "https://api.example.com/x")
+		tr.Observe(r, quotaHeader(10, 5, 10*time.Second))
+		for i := range 5 {
+			if took, err := timedWait(tr, r); err != nil || took != 0 {
+				t.Fatalf("request %d: Wait = %v after %v, want nil at once", i, err, took)
+			}
+		}
+		q, _ := tr.Quota(r)
+		if q.Remaining != 0 {
+			t.Errorf("Remaining after 5 requests = %d, want 0", q.Remaining)
+		}
+		if took, err := timedWait(tr, r); err != nil || took != 10*time.Second {
+			t.Errorf("sixth request: Wait = %v after %v, want nil after 10s", err, took)
+		}
+	})
+}
+
+func TestTrackerUpdate(t *testing.T) {
+	// Responses arrive out of order: within one window the lowest
+	// Remaining holds; a later window replaces it; a past window is stale.
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		r := newReq(t, nil, "https://api.example.com/x")
+		steps := []struct {
+			name string
+			h    http.Header
+			want int
+		}{
+			{"first", quotaHeader(10, 5, 10*time.Second), 5},
+			{"stale higher in same window", quotaHeader(10, 8, 10*time.Second), 5},
+			{"lower in same window, rounded reset", quotaHeader(10, 3, 9500*time.Millisecond), 3},
+			{"new window", quotaHeader(10, 9, 70*time.Second), 9},
+			{"reset in the past", hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1"), 9},
+		}
+		for i, s := range steps {
+			if s.name == "reset in the past" {
+				// An absolute reset already passed by the Date. (The
+				// bubble's clock starts in 2000, before epoch resets are
+				// told from delta seconds, so use a date.)
+				s.h = hdr("Date", time.Now().UTC().Format(http.TimeFormat),
+					"X-RateLimit-Remaining", "0",
+					"X-RateLimit-Reset", time.Now().Add(-time.Minute).UTC().Format(time.RFC3339))
+			}
+			tr.Observe(r, s.h)
+			q, ok := tr.Quota(r)
+			if !ok || q.Remaining != s.want {
+				t.Errorf("step %d (%s): Remaining = %d (ok %v), want %d", i, s.name, q.Remaining, ok, s.want)
+			}
+		}
+	})
+}
+
+func TestTrackerPauseSharedAndSpread(t *testing.T) {
+	// A 429 with Retry-After: 5: a hundred goroutines send nothing for
+	// 5 s, then are let go one by one, not in one burst.
+	synctest.Test(t, func(t *testing.T) {
+		var waits sync.Map
+		tr := NewTracker(Options{OnWait: func(e WaitEvent) { waits.Store(e.Reason, true) }})
+		start := time.Now()
+		tr.Pause(newReq(t, nil, "https://api.example.com/"), start.Add(5*time.Second))
+
+		var (
+			mu  sync.Mutex
+			out []time.Duration
+			wg  sync.WaitGroup
+		)
+		for range 100 {
+			wg.Go(func() {
+				r := newReq(t, nil, "https://api.example.com/x")
+				if err := tr.Wait(r); err != nil {
+					t.Errorf("Wait = %v, want nil", err)
+					return
+				}
+				mu.Lock()
+				out = append(out, time.Since(start))
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		slices.Sort(out)
+		if len(out) != 100 {
+			t.Fatalf("%d requests let through, want 100", len(out))
+		}
+		if out[0] != 5*time.Second {
+			t.Errorf("first request let through at %v, want 5s", out[0])
+		}
+		// DefaultReleaseRate is 20/s with a burst of 1: one every 50 ms.
+		if got, want := out[99]-out[0], 99*time.Second/20; got != want {
+			t.Errorf("spread = %v, want %v", got, want)
+		}
+		perInstant := map[time.Duration]int{}
+		for _, d := range out {
+			perInstant[d]++
+		}
+		for d, n := range perInstant {
+			if n > 1 {
+				t.Errorf("%d requests let through at the same instant %v, want 1", n, d)
+			}
+		}
+		for _, reason := range []string{ReasonRetryAfter, ReasonReleaseRate} {
+			if _, ok := waits.Load(reason); !ok {
+				t.Errorf("no OnWait with reason %q", reason)
+			}
+		}
+		// Another host is not paused.
+		if took, err := timedWait(tr, newReq(t, nil, "https://other.example.com/")); err != nil || took != 0 {
+			t.Errorf("other host: Wait = %v after %v, want nil at once", err, took)
+		}
+	})
+}
+
+func TestTrackerPauseExtends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		r := newReq(t, nil, "https://api.example.com/x")
+		start := time.Now()
+		tr.Pause(r, start.Add(5*time.Second))
+		tr.Pause(r, start.Add(2*time.Second)) // never shortens
+		done := make(chan time.Duration)
+		go func() {
+			took, _ := timedWait(tr, r)
+			done <- took
+		}()
+		time.Sleep(3 * time.Second)
+		tr.Pause(r, start.Add(8*time.Second)) // a second 429 while waiting
+		if got, want := <-done, 8*time.Second; got != want {
+			t.Errorf("Wait took %v, want %v", got, want)
+		}
+		if _, paused := tr.Paused(r, time.Now()); paused {
+			t.Errorf("still paused after the pause ended")
+		}
+	})
+}
+
+func TestTrackerCancelWakesAll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		ctx, cancel := context.WithCancel(context.Background())
+		tr.Pause(newReq(t, nil, "https://api.example.com/"), time.Now().Add(30*time.Second))
+		start := time.Now()
+		errs := make(chan error, 50)
+		times := make(chan time.Duration, 50)
+		for range 50 {
+			go func() {
+				took, err := timedWait(tr, newReq(t, ctx, "https://api.example.com/x"))
+				errs <- err
+				times <- took
+			}()
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		cancel()
+		for range 50 {
+			if err := <-errs; !errors.Is(err, context.Canceled) {
+				t.Errorf("Wait = %v, want context.Canceled", err)
+			}
+			if got := <-times; got != time.Second {
+				t.Errorf("Wait returned after %v, want 1s", got)
+			}
+		}
+		_ = start
+	})
+}
+
+func TestTrackerRollsKnownWindow(t *testing.T) {
+	// IETF policy: 2 per 10 s. Exhausted with 5 s to go: the next request
+	// waits 5 s; in the new window two go, the third waits for the next
+	// window 10 s later, with no response needed to know it.
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		r := newReq(t, nil, "https://api.example.com/x")
+		start := time.Now()
+		tr.Observe(r, hdr("RateLimit-Policy", `"p";q=2;w=10`, "RateLimit", `"p";r=0;t=5`))
+		var at []time.Duration
+		for range 3 {
+			if err := tr.Wait(r); err != nil {
+				t.Fatalf("Wait = %v", err)
+			}
+			at = append(at, time.Since(start))
+		}
+		// The first waited for the reset; the second finds room in the
+		// new window and goes; the third waits for the window after.
+		want := []time.Duration{5 * time.Second, 5 * time.Second, 15 * time.Second}
+		if !slices.Equal(at, want) {
+			t.Errorf("requests let through at %v, want %v", at, want)
+		}
+	})
+}
+
+func TestTrackerAwaitsNewWindow(t *testing.T) {
+	// GitHub-style quota, no window: after the reset, Limit requests go;
+	// those beyond wait for a response of the new window to learn its
+	// reset instead of running into 429s.
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		r := newReq(t, nil, "https://api.example.com/x")
+		start := time.Now()
+		tr.Observe(r, quotaHeader(3, 0, time.Second))
+		var (
+			mu  sync.Mutex
+			out []time.Duration
+			wg  sync.WaitGroup
+		)
+		for range 5 {
+			wg.Go(func() {
+				if err := tr.Wait(newReq(t, nil, "https://api.example.com/x")); err != nil {
+					t.Errorf("Wait = %v", err)
+					return
+				}
+				mu.Lock()
+				out = append(out, time.Since(start))
+				mu.Unlock()
+			})
+		}
+		// The first three of the new window are let go 50 ms apart.
+		time.Sleep(2 * time.Second)
+		mu.Lock()
+		if got := len(out); got != 3 {
+			t.Errorf("%d requests let through before the new window's news, want 3", got)
+		}
+		mu.Unlock()
+		// A response of the new window: exhausted, resets at +10s.
+		tr.Observe(r, quotaHeader(3, 0, 8*time.Second))
+		wg.Wait()
+		slices.Sort(out)
+		if got := out[3]; got != 10*time.Second {
+			t.Errorf("fourth request let through at %v, want 10s", got)
+		}
+	})
+}
+
+func TestTrackerAwaitsNewWindowAtMostASecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		r := newReq(t, nil, "https://api.example.com/x")
+		tr.Observe(r, quotaHeader(1, 0, time.Second))
+		start := time.Now()
+		for i, want := range []time.Duration{time.Second, 2 * time.Second} {
+			if err := tr.Wait(r); err != nil {
+				t.Fatalf("Wait = %v", err)
+			}
+			if got := time.Since(start); got != want {
+				t.Errorf("request %d let through at %v, want %v", i, got, want)
+			}
+		}
+	})
+}
+
+func TestTrackerClientRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var reasons []string
+		tr := NewTracker(Options{Rate: 10, OnWait: func(e WaitEvent) { reasons = append(reasons, e.Reason) }})
+		r := newReq(t, nil, "https://api.example.com/x")
+		start := time.Now()
+		for range 20 {
+			if err := tr.Wait(r); err != nil {
+				t.Fatalf("Wait = %v", err)
+			}
+		}
+		if got, want := time.Since(start), 1900*time.Millisecond; got != want {
+			t.Errorf("20 requests at 10/s took %v, want %v", got, want)
+		}
+		if len(reasons) != 19 || reasons[0] != ReasonClientRate {
+			t.Errorf("OnWait reasons = %v, want 19 × %q", reasons, ReasonClientRate)
+		}
+		// The server publishes its policy: 100 per second. The limiter
+		// adopts it.
+		tr.Observe(r, hdr("RateLimit-Policy", `"default";q=100;w=1`))
+		start = time.Now()
+		for range 20 {
+			if err := tr.Wait(r); err != nil {
+				t.Fatalf("Wait = %v", err)
+			}
+		}
+		if got, want := time.Since(start), 200*time.Millisecond; got != want {
+			t.Errorf("20 requests after adapting took %v, want %v", got, want)
+		}
+	})
+}
+
+func TestTrackerClientRateFailsFast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{Rate: 1, MaxWait: 500 * time.Millisecond})
+		r := newReq(t, nil, "https://api.example.com/x")
+		if err := tr.Wait(r); err != nil {
+			t.Fatalf("first Wait = %v", err)
+		}
+		err := tr.Wait(r)
+		var qe *QuotaError
+		if !errors.As(err, &qe) || qe.Reason != ReasonClientRate || qe.Wait != time.Second {
+			t.Fatalf("second Wait = %v, want a client-rate QuotaError of 1s", err)
+		}
+		// The refused wait gave its token back: after 1 s one goes.
+		time.Sleep(time.Second)
+		if took, err := timedWait(tr, r); err != nil || took != 0 {
+			t.Errorf("Wait after 1s = %v after %v, want nil at once", err, took)
+		}
+	})
+}
+
+func TestTrackerKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var keys []string
+		tr := NewTracker(Options{
+			Key:    func(r *http.Request) string { return r.Header.Get("X-Tenant") },
+			OnWait: func(e WaitEvent) { keys = append(keys, e.Key) },
+		})
+		a := newReq(t, nil, "https://one.example.com/")
+		a.Header.Set("X-Tenant", "alpha")
+		b := newReq(t, nil, "https://one.example.com/")
+		b.Header.Set("X-Tenant", "beta")
+		c := newReq(t, nil, "https://two.example.com/")
+		c.Header.Set("X-Tenant", "alpha")
+		tr.Observe(a, quotaHeader(10, 0, time.Second))
+		if took, _ := timedWait(tr, b); took != 0 {
+			t.Errorf("other key waited %v, want 0", took)
+		}
+		if took, _ := timedWait(tr, c); took != time.Second {
+			t.Errorf("same key on another host waited %v, want 1s", took)
+		}
+		if len(keys) == 0 || keys[0] != "alpha" {
+			t.Errorf("OnWait keys = %v, want alpha first", keys)
+		}
+	})
+}
+
+func TestTrackerMaxHosts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{MaxHosts: 10})
+		busy := newReq(t, nil, "https://busy.example.com/")
+		tr.Pause(busy, time.Now().Add(time.Hour))
+		for i := range 50 {
+			r := newReq(t, nil, fmt.Sprintf("https://h%d.example.com/", i))
+			tr.Observe(r, quotaHeader(10, 5, time.Second))
+			time.Sleep(2 * time.Second) // every earlier host is now idle
+		}
+		if got := tr.Len(); got > 10 {
+			t.Errorf("Len = %d, want at most 10", got)
+		}
+		if _, paused := tr.Paused(busy, time.Now()); !paused {
+			t.Errorf("paused host was dropped")
+		}
+		if _, ok := tr.Quota(newReq(t, nil, "https://h49.example.com/")); !ok {
+			t.Errorf("latest host not tracked")
+		}
+	})
+}
+
+func TestTrackerConcurrent(t *testing.T) {
+	// Many goroutines and hosts at once, for the race detector.
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{Rate: 1000, Burst: 10, MaxHosts: 4})
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Go(func() {
+				for i := range 50 {
+					r := newReq(t, nil, fmt.Sprintf("https://h%d.example.com/", (g+i)%6))
+					if err := tr.Wait(r); err != nil && !errors.Is(err, ErrQuotaExhausted) {
+						t.Errorf("Wait = %v", err)
+					}
+					switch i % 3 {
+					case 0:
+						tr.Observe(r, quotaHeader(20, 20-i%20, time.Second))
+					case 1:
+						tr.Observe(r, nil)
+					case 2:
+						if i%7 == 0 {
+							tr.Pause(r, time.Now().Add(100*time.Millisecond))
+						}
+					}
+					tr.Quota(r)
+				}
+			})
+		}
+		wg.Wait()
+	})
+}

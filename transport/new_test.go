@@ -1,0 +1,441 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/idempotency"
+	"github.com/sturdyhttp/sturdy/policy"
+)
+
+// newStack is New over a fake network's transport, with a constant
+// backoff so that tests can tell when each attempt happens.
+func newStack(env *fakeEnv, o Options) *http.Client {
+	o.Base = env.base
+	if o.Retry.Backoff == nil {
+		o.Retry.Backoff = constant(time.Second)
+	}
+	return &http.Client{Transport: New(o)}
+}
+
+// closeTracker wraps a base transport and counts the response bodies it
+// hands out and those closed.
+type closeTracker struct {
+	base           http.RoundTripper
+	opened, closed atomic.Int64
+}
+
+func (c *closeTracker) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(r)
+	if err == nil {
+		c.opened.Add(1)
+		resp.Body = &trackedBody{ReadCloser: resp.Body, c: c}
+	}
+	return resp, err
+}
+
+type trackedBody struct {
+	io.ReadCloser
+	c    *closeTracker
+	once sync.Once
+}
+
+func (b *trackedBody) Close() error {
+	b.once.Do(func() { b.c.closed.Add(1) })
+	return b.ReadCloser.Close()
+}
+
+// Promise: the caller's request is never modified; every body not handed
+// back is closed; the response handed back has a readable body.
+func TestNewRoundTripContract(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := newFakeEnv(t, httptestutil.Script(
+			httptestutil.Status(503, strings.Repeat("e", 3000)).Times(2),
+			httptestutil.Status(201, "created"),
+		))
+		tracker := &closeTracker{base: env.base}
+		c := &http.Client{Transport: New(Options{Base: tracker, Retry: policy.Retry{Backoff: constant(time.Second)}})}
+		req, _ := http.NewRequest("POST", env.url+"/charges?x=1", strings.NewReader("amount=10"))
+		req.Header.Set("X-Caller", "yes")
+		before := req.Clone(context.Background())
+		bodyBefore, ctxBefore := req.Body, req.Context()
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, resp); got != "created" {
+			t.Errorf("body = %q, want %q", got, "created")
+		}
+		if !reflect.DeepEqual(req.Header, before.Header) {
+			t.Errorf("caller's header changed: %v, want %v", req.Header, before.Header)
+		}
+		if req.URL.String() != before.URL.String() || req.Method != before.Method || req.Body != bodyBefore || req.Context() != ctxBefore {
+			t.Error("caller's request changed")
+		}
+		if got, want := tracker.closed.Load(), tracker.opened.Load(); got != want || want != 3 {
+			t.Errorf("closed %d of %d response bodies, want all 3", got, want)
+		}
+	})
+}
+
+// Promise: cancel the caller's context and the socket closes and every
+// sleep wakes now.
+func TestNewCancelStopsEverything(t *testing.T) {
+	t.Run("during an attempt", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			rec := httptestutil.NewRecorder(httptestutil.Hang())
+			env := newFakeEnv(t, rec)
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(2*time.Second, cancel)
+			req, _ := http.NewRequestWithContext(ctx, "GET", env.url, nil)
+			start := time.Now()
+			_, err := newStack(env, Options{}).Do(req)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want context.Canceled", err)
+			}
+			if got, want := time.Since(start), 2*time.Second; got != want {
+				t.Errorf("returned after %v, want %v", got, want)
+			}
+			synctest.Wait()
+			reqs := rec.Requests()
+			if len(reqs) != 1 || reqs[0].Disconnected.Sub(start) != 2*time.Second {
+				t.Errorf("server saw %+v, want one request disconnected at 2s", reqs)
+			}
+		})
+	})
+	t.Run("during a wait", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			env := newFakeEnv(t, httptestutil.RetryAfterSeconds(503, 30).Forever())
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(2*time.Second, cancel)
+			req, _ := http.NewRequestWithContext(ctx, "GET", env.url, nil)
+			start := time.Now()
+			_, err := newStack(env, Options{}).Do(req)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want context.Canceled", err)
+			}
+			if got, want := time.Since(start), 2*time.Second; got != want {
+				t.Errorf("returned after %v, want %v", got, want)
+			}
+		})
+	})
+}
+
+// Promise: a deadline is released when the body is read, not when
+// RoundTrip returns: a streaming body stays readable.
+func TestNewStreamingBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		want := strings.Repeat("data: token\n\n", 20)
+		env := newFakeEnv(t, httptestutil.SlowBody(200, want, 13, 500*time.Millisecond))
+		resp, err := newStack(env, Options{AttemptTimeout: time.Minute}).Get(env.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, resp); got != want {
+			t.Errorf("streamed body = %q, want %q", trunc(got), trunc(want))
+		}
+	})
+}
+
+// Promise: one budget. A wait that cannot end inside the deadline is not
+// started.
+func TestNewOneBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := httptestutil.NewRecorder(httptestutil.Script(
+			httptestutil.Hang(),
+			httptestutil.RetryAfterSeconds(503, 8),
+			httptestutil.Status(200, "ok"),
+		))
+		env := newFakeEnv(t, rec)
+		c := newStack(env, Options{Timeout: 10 * time.Second, AttemptTimeout: 3 * time.Second})
+		start := time.Now()
+		resp, err := c.Get(env.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		// Attempt 1 times out at 3s, attempt 2 at 4s gets 503 asking for 8s:
+		// 12s is past the 10s budget, so the 503 comes back at once.
+		if got, want := resp.StatusCode, 503; got != want {
+			t.Errorf("status = %d, want %d", got, want)
+		}
+		if got, want := time.Since(start), 4*time.Second; got != want {
+			t.Errorf("took %v, want %v", got, want)
+		}
+		rec.WantCount(t, 2)
+	})
+}
+
+// Promise: bodies are replayed byte for byte; a body over the limit is
+// sent once and not retried.
+func TestNewBodyReplay(t *testing.T) {
+	tests := []struct {
+		name  string
+		body  func() io.Reader
+		sends int
+	}{
+		{"GetBody", func() io.Reader { return strings.NewReader("payload") }, 3},
+		{"buffered", func() io.Reader { return onlyReader{strings.NewReader("payload")} }, 3},
+		{"over the limit", func() io.Reader { return onlyReader{strings.NewReader(strings.Repeat("p", 300))} }, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := httptestutil.NewRecorder(httptestutil.Script(httptestutil.Status(503, "").Times(2), httptestutil.Status(200, "")))
+				env := newFakeEnv(t, rec)
+				req, _ := http.NewRequest("POST", env.url, tt.body())
+				want, _ := io.ReadAll(tt.body())
+				resp, err := newStack(env, Options{Retry: policy.Retry{MaxBufferedBody: 256}}).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				rec.WantCount(t, tt.sends)
+				for i, r := range rec.Requests() {
+					if string(r.Body) != string(want) {
+						t.Errorf("attempt %d body = %q, want %q", i+1, trunc(string(r.Body)), trunc(string(want)))
+					}
+				}
+			})
+		})
+	}
+}
+
+// Promise: failed attempts' bodies are drained and closed so that
+// connections are reused.
+func TestNewReusesConnections(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int64
+		errBody := strings.Repeat("e", 64<<10)
+		env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if calls.Add(1)%2 == 1 {
+				w.WriteHeader(503)
+				io.WriteString(w, errBody)
+				return
+			}
+			io.WriteString(w, "ok")
+		}))
+		c := newStack(env, Options{})
+		for range 50 {
+			resp, err := c.Get(env.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+		}
+		if got := env.net.Dials(); got != 1 {
+			t.Errorf("connections = %d, want 1", got)
+		}
+	})
+}
+
+// Promise: retry only what can succeed and is safe.
+func TestNewRetriesOnlyWhatIsSafe(t *testing.T) {
+	tests := []struct {
+		name   string
+		method string
+		o      Options
+		first  httptestutil.Step
+		sends  int
+	}{
+		{"POST gets a key and is retried", "POST", Options{}, httptestutil.Status(503, ""), 2},
+		{"POST without the key layer is not retried", "POST", Options{Disable: LayerIdempotencyKey}, httptestutil.Status(503, ""), 1},
+		{"is_retriable false", "GET", Options{}, httptestutil.Problem(503, httptestutil.ProblemBody{Extensions: map[string]any{"is_retriable": false}}), 1},
+		{"is_retriable true", "GET", Options{}, httptestutil.Problem(422, httptestutil.ProblemBody{Extensions: map[string]any{"is_retriable": true}}), 2},
+		{"404 is final", "GET", Options{}, httptestutil.Status(404, ""), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := httptestutil.NewRecorder(httptestutil.Script(tt.first, httptestutil.Status(200, "ok")))
+				env := newFakeEnv(t, rec)
+				req, _ := http.NewRequest(tt.method, env.url, strings.NewReader("x"))
+				resp, err := newStack(env, tt.o).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				rec.WantCount(t, tt.sends)
+			})
+		})
+	}
+}
+
+// Promise: an open circuit fails fast with ErrCircuitOpen and is not
+// retried; errors keep their cause through http.Client.
+func TestNewErrorsKeepTheirCause(t *testing.T) {
+	t.Run("circuit open is not retried", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			rec := httptestutil.NewRecorder(httptestutil.Status(500, "").Forever())
+			env := newFakeEnv(t, rec)
+			c := newStack(env, Options{Breaker: BreakerSettings{ConsecutiveFailures: 2}, Disable: LayerRetryBudget})
+			start := time.Now()
+			_, err := c.Get(env.url) // 500, 500, then the breaker opens
+			if !errors.Is(err, ErrCircuitOpen) {
+				t.Fatalf("err = %v, want ErrCircuitOpen", err)
+			}
+			rec.WantCount(t, 2)
+			// Two backoffs: the second 500 opens the breaker, and the third
+			// attempt fails fast without reaching the server.
+			if got, want := time.Since(start), 2*time.Second; got != want {
+				t.Errorf("took %v, want %v", got, want)
+			}
+		})
+	})
+	t.Run("deadline", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			env := newFakeEnv(t, httptestutil.Hang())
+			_, err := newStack(env, Options{Timeout: 5 * time.Second}).Get(env.url)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err = %v, want context.DeadlineExceeded", err)
+			}
+		})
+	})
+}
+
+// Promise: every layer can be switched off, and what is left still works.
+func TestNewLayersOff(t *testing.T) {
+	tests := []struct {
+		name    string
+		disable Layer
+		sends   int
+		key     bool
+	}{
+		{"all on", 0, 3, true},
+		{"no retry", LayerRetry, 1, true},
+		{"no key", LayerIdempotencyKey, 3, false},
+		{"only retry", LayerIdempotencyKey | LayerTimeout | LayerRateLimit | LayerBreaker | LayerAttemptTimeout | LayerRetryBudget, 3, false},
+		{"everything off", ^Layer(0), 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := httptestutil.NewRecorder(httptestutil.Script(httptestutil.Status(503, "").Times(2), httptestutil.Status(200, "")))
+				env := newFakeEnv(t, rec)
+				req, _ := http.NewRequest("PUT", env.url, strings.NewReader("x"))
+				resp, err := newStack(env, Options{Disable: tt.disable, Idempotency: idempotency.Options{Methods: []string{"PUT"}}}).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				rec.WantCount(t, tt.sends)
+				if got := rec.Requests()[0].Header.Get("Idempotency-Key") != ""; got != tt.key {
+					t.Errorf("key sent = %v, want %v", got, tt.key)
+				}
+			})
+		})
+	}
+}
+
+func TestNewRetryBudget(t *testing.T) {
+	tests := []struct {
+		name       string
+		failEach   int64 // every failEach-th request fails
+		maxSends   int64
+		wantGiveUp bool
+	}{
+		// 1000 operations, each wanting 3 retries: the budget allows
+		// 10 + 20% of 1000.
+		{"host failing 100%", 1, 1000 + 200 + 10, true},
+		// About 5% fail, once each: every one is retried and succeeds.
+		{"host failing 5%", 20, 1000 + 60, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var calls atomic.Int64
+				env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if calls.Add(1)%tt.failEach == 0 {
+						w.WriteHeader(503)
+					}
+				}))
+				var giveUps atomic.Int64
+				c := newStack(env, Options{
+					Retry:   policy.Retry{Backoff: constant(0)},
+					Disable: LayerBreaker,
+					Hooks:   Hooks{OnGiveUp: func(policy.GiveUpEvent) { giveUps.Add(1) }},
+				})
+				for range 1000 {
+					resp, err := c.Get(env.url)
+					if err != nil {
+						t.Fatal(err)
+					}
+					readAll(t, resp)
+					time.Sleep(5 * time.Millisecond) // 1000 operations in 5s, inside one budget window
+				}
+				if got := calls.Load(); got > tt.maxSends || got < 1000 {
+					t.Errorf("server got %d requests, want between 1000 and %d", got, tt.maxSends)
+				}
+				if got := giveUps.Load() > 0; got != tt.wantGiveUp {
+					t.Errorf("gave up on %d operations, want any: %v", giveUps.Load(), tt.wantGiveUp)
+				}
+			})
+		})
+	}
+}
+
+func TestNewHooksSequence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := newFakeEnv(t, httptestutil.Script(
+			httptestutil.Status(503, ""),
+			httptestutil.RetryAfterSeconds(429, 5),
+			httptestutil.Status(200, "ok"),
+		))
+		var mu sync.Mutex
+		var events []string
+		add := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
+		hooks := Hooks{
+			OnAttempt: func(e policy.AttemptEvent) {
+				add("attempt " + itoa(e.Attempt) + " status " + itoa(e.Status) + " in " + e.Duration.String())
+			},
+			OnRetry: func(e policy.RetryEvent) {
+				add("retry " + itoa(e.Attempt) + " after " + e.Wait.String() + " (" + e.Reason + ")")
+			},
+			OnGiveUp: func(e policy.GiveUpEvent) { add("give up: " + e.Reason) },
+		}
+		resp, err := newStack(env, Options{Hooks: hooks}).Get(env.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		want := []string{
+			"attempt 1 status 503 in 0s",
+			"retry 2 after 1s (status 503)",
+			"attempt 2 status 429 in 0s",
+			"retry 3 after 5s (status 429)",
+			"attempt 3 status 200 in 0s",
+		}
+		if !reflect.DeepEqual(events, want) {
+			t.Errorf("events:\n%s\nwant:\n%s", strings.Join(events, "\n"), strings.Join(want, "\n"))
+		}
+	})
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// The defaults really build a pooled transport, over loopback.
+func TestNewDefaultBase(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	rt := New(Options{})
+	defer (&http.Client{Transport: rt}).CloseIdleConnections()
+	resp, err := (&http.Client{Transport: rt}).Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, resp); got != "ok" {
+		t.Errorf("body = %q, want ok", got)
+	}
+}
