@@ -166,6 +166,12 @@ func Delay(d time.Duration, next Step) Step {
 // request body is not read. Where hijacking is not supported (HTTP/2,
 // [HandlerTransport]) it aborts the handler with [http.ErrAbortHandler],
 // which resets the stream.
+//
+// Mind that [http.Transport] itself resends a replayable request (GET,
+// HEAD, OPTIONS, TRACE, or one with an Idempotency-Key header, whose body
+// can be sent again) once when a connection it reused fails before any
+// response: the resend takes the next step of a script. A test that counts attempts should disable
+// keep-alives or read the count from a [Recorder].
 func Reset() Step {
 	return newStep("Reset", func(w http.ResponseWriter, r *http.Request) {
 		cut(w)

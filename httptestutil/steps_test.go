@@ -54,6 +54,10 @@ func TestStepResponses(t *testing.T) {
 		{"nil handler", Handler(nil), 404, "404 page not found\n", nil},
 		{"delay", Delay(10*time.Millisecond, Status(202, "late")), 202, "late", nil},
 		{"slow body", SlowBody(200, "abcdefg", 3, 10*time.Millisecond), 200, "abcdefg", map[string]string{"Content-Length": "7"}},
+		{"rate limit headers", RateLimitHeaders(429, "slow down", Quota{Limit: 100, Remaining: 0, Reset: 2500 * time.Millisecond, Window: time.Minute},
+			FamilyIETFStructured, FamilyOpenAI), 429, "slow down",
+			map[string]string{"RateLimit": `"default";r=0;t=3`, "RateLimit-Policy": `"default";q=100;w=60`,
+				"X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "2.5s", "X-Ratelimit-Limit": ""}},
 		{"zero step", Step{}, StatusScriptExhausted, "httptestutil: script exhausted (request 0: GET /p)\n", nil},
 	}
 	for _, tt := range tests {
