@@ -81,7 +81,9 @@ type RetriableError interface {
 // Whatever the response says, a request that is not idempotent is not
 // retried: a POST or PATCH without an idempotency key may have had its
 // side effect already. The wait the server asked for (Retry-After,
-// retry-after-ms) is returned with every decision on a response.
+// retry-after-ms) is returned with every decision on an error response; a
+// Retry-After date is measured from the response's Date header when it
+// has one, so that clock skew between client and server does not matter.
 func DefaultClassifier(o Outcome) Decision {
 	if o.Err != nil {
 		return classifyError(o)
@@ -94,7 +96,7 @@ func DefaultClassifier(o Outcome) Decision {
 		return Decision{Reason: "status " + strconv.Itoa(resp.StatusCode)}
 	}
 	d := Decision{}
-	d.RetryAfter, d.HasRetryAfter = ParseRetryAfter(resp.Header, o.Now)
+	d.RetryAfter, d.HasRetryAfter = ParseRetryAfter(resp.Header, serverNow(resp.Header, o.Now))
 
 	retry, reason, decided := directive(resp.Header)
 	if !decided && o.Problem != nil && o.Problem.Retriable != nil {
@@ -139,6 +141,18 @@ func directive(h http.Header) (retry bool, reason string, ok bool) {
 		}
 	}
 	return false, "", false
+}
+
+// serverNow is the time to measure a Retry-After date against: the
+// response's own Date when it has a valid one, so that a skewed client
+// clock does not stretch or shrink the wait; else now.
+func serverNow(h http.Header, now time.Time) time.Time {
+	if v := h["Date"]; len(v) > 0 && len(h["Retry-After"]) > 0 {
+		if t, err := http.ParseTime(v[0]); err == nil {
+			return t
+		}
+	}
+	return now
 }
 
 func classifyError(o Outcome) Decision {

@@ -48,6 +48,8 @@ func TestDefaultClassifier(t *testing.T) {
 		{"503", Outcome{Response: resp(503), Idempotent: true}, true, "status 503", 0},
 		{"504", Outcome{Response: resp(504), Idempotent: true}, true, "status 504", 0},
 		{"529 overloaded", Outcome{Response: resp(529), Idempotent: true}, true, "status 529", 0},
+		{"retry-after date against the server's Date", Outcome{Response: resp(503, "Retry-After", "Sat, 21 Nov 2026 09:00:30 GMT", "Date", "Sat, 21 Nov 2026 09:00:00 GMT"), Idempotent: true}, true, "status 503", 30 * time.Second},
+		{"retry-after date with a garbage Date", Outcome{Response: resp(503, "Retry-After", "Sat, 21 Nov 2026 12:00:30 GMT", "Date", "yesterday"), Idempotent: true}, true, "status 503", 30 * time.Second},
 		{"409 without key", Outcome{Response: resp(409), Idempotent: true}, false, "status 409", 0},
 		{"409 with key (in flight)", Outcome{Response: resp(409, "Retry-After", "1"), Idempotent: true, Keyed: true}, true, "status 409", time.Second},
 		{"503 POST without key", Outcome{Response: resp(503)}, false, "status 503, not idempotent", 0},
