@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"hash"
 	"io"
 	"log"
 	"net/http"
@@ -18,11 +17,11 @@ import (
 
 // Defaults of [HandlerOptions], used where a field is zero.
 const (
-	DefaultTTL              = 24 * time.Hour
-	DefaultLockTTL          = 5 * time.Minute
-	DefaultMaxRequestBody   = 1 << 20 // 1 MiB
-	DefaultMaxResponseBytes = 1 << 20 // 1 MiB
-	DefaultRetryAfter       = time.Second
+	DefaultTTL              = 24 * time.Hour  // how long a response is replayed
+	DefaultLockTTL          = 5 * time.Minute // how long a key stays in flight at most
+	DefaultMaxRequestBody   = 1 << 20         // 1 MiB: largest request body fingerprinted
+	DefaultMaxResponseBytes = 1 << 20         // 1 MiB: largest response body stored
+	DefaultRetryAfter       = time.Second     // Retry-After of a 409 or 503
 )
 
 // ReplayedHeader is the response header set to "true" on a replayed
@@ -346,70 +345,87 @@ type bodyError string
 func (e bodyError) Error() string { return string(e) }
 
 // readBody reads r's body whole, up to h.maxReq bytes. It returns nil for
-// a request without a body.
+// a request without a body, and the status to answer with on an error.
 func (h *handler) readBody(r *http.Request) ([]byte, int, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, 0, nil
 	}
-	tooLarge := bodyError("idempotency: request body larger than " + strconv.FormatInt(h.maxReq, 10) + " bytes cannot be deduplicated")
-	if r.ContentLength > h.maxReq {
-		return nil, http.StatusRequestEntityTooLarge, tooLarge
+	var (
+		body []byte
+		err  error
+	)
+	if n := r.ContentLength; n >= 0 && n <= h.maxReq {
+		// The common case: read exactly the declared length, then
+		// make sure nothing follows.
+		body = make([]byte, n)
+		if _, err = io.ReadFull(r.Body, body); err == nil {
+			var one [1]byte
+			var m int
+			m, err = io.ReadFull(r.Body, one[:])
+			switch {
+			case m > 0:
+				err = errors.New("body longer than its Content-Length")
+			case err == io.EOF:
+				err = nil
+			}
+		}
+	} else if n < 0 {
+		body, err = io.ReadAll(&io.LimitedReader{R: r.Body, N: h.maxReq + 1})
 	}
-	size := r.ContentLength
-	if size < 0 {
-		size = 512
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, size+1))
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, h.maxReq+1))
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, http.StatusBadRequest, bodyError("idempotency: reading request body: " + err.Error())
+	case r.ContentLength > h.maxReq || int64(len(body)) > h.maxReq:
+		return nil, http.StatusRequestEntityTooLarge, bodyError("idempotency: a request body over " +
+			strconv.FormatInt(h.maxReq, 10) + " bytes cannot be deduplicated")
 	}
-	if n > h.maxReq {
-		return nil, http.StatusRequestEntityTooLarge, tooLarge
-	}
-	return buf.Bytes(), 0, nil
+	return body, 0, nil
 }
 
 // fingerprintOf hashes what makes two requests with one key the same
 // request: method, path and query, the chosen headers, and the body. Each
 // part is length-prefixed, so that no two requests hash the same input.
+// The result is 64 hexadecimal digits.
 func (h *handler) fingerprintOf(r *http.Request, body []byte) string {
-	d := sha256.New()
-	field(d, r.Method)
-	field(d, r.URL.EscapedPath())
-	field(d, r.URL.RawQuery)
+	var scratch [512]byte
+	b := field(scratch[:0], r.Method)
+	b = field(b, r.URL.EscapedPath())
+	b = field(b, r.URL.RawQuery)
 	for _, name := range h.fingerprint {
 		vs := r.Header[name]
-		field(d, strconv.Itoa(len(vs)))
+		b = binary.BigEndian.AppendUint64(b, uint64(len(vs)))
 		for _, v := range vs {
-			field(d, v)
+			b = field(b, v)
 		}
 	}
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(body)))
-	d.Write(n[:])
-	d.Write(body)
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(d.Sum(sum[:0]))
+	bodySum := sha256.Sum256(body)
+	b = append(b, bodySum[:]...)
+	sum := sha256.Sum256(b)
+	var hx [2 * sha256.Size]byte
+	hex.Encode(hx[:], sum[:])
+	return string(hx[:])
 }
 
-func field(d hash.Hash, s string) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-	d.Write(n[:])
-	io.WriteString(d, s)
+func field(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
 }
 
-// replay writes a stored response.
+// replay writes a stored response. The header values are copied, in one
+// allocation, so that nothing downstream can change the stored ones.
 func replay(w http.ResponseWriter, resp *StoredResponse) {
 	h := w.Header()
+	n := 1
+	for _, vs := range resp.Header {
+		n += len(vs)
+	}
+	values := make([]string, 0, n)
 	for k, vs := range resp.Header {
-		h[k] = append([]string(nil), vs...)
+		i := len(values)
+		values = append(values, vs...)
+		h[k] = values[i:len(values):len(values)]
 	}
-	if _, ok := h["Content-Length"]; !ok && bodyAllowed(resp.Status) {
-		h["Content-Length"] = []string{strconv.Itoa(len(resp.Body))}
-	}
-	h[ReplayedHeader] = []string{"true"}
+	h[ReplayedHeader] = append(values, "true")[n-1:]
 	w.WriteHeader(resp.Status)
 	w.Write(resp.Body)
 }

@@ -774,3 +774,131 @@ func TestHandlerConcurrentClients(t *testing.T) {
 		t.Errorf("handler runs = %d, want 1", got)
 	}
 }
+
+func TestHandlerNoWrite(t *testing.T) {
+	var runs atomic.Int64
+	h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) }), HandlerOptions{})
+	first := serve(h, keyed("k", "x"))
+	second := serve(h, keyed("k", "x"))
+	if first.Code != 200 || second.Code != 200 || second.Body.Len() != 0 || second.Header().Get(ReplayedHeader) != "true" {
+		t.Errorf("got %d then %d %q replayed=%q; want 200 twice, the second an empty replay", first.Code, second.Code, second.Body, second.Header().Get(ReplayedHeader))
+	}
+	if runs.Load() != 1 {
+		t.Errorf("handler runs = %d, want 1", runs.Load())
+	}
+}
+
+func TestHandlerHijackNotStored(t *testing.T) {
+	n := httptestutil.NewNetwork()
+	var runs atomic.Int64
+	h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				t.Errorf("Hijack: %v", err)
+				return
+			}
+			conn.Close()
+			return
+		}
+		w.WriteHeader(201)
+	}), HandlerOptions{})
+	srv := n.Serve("api.test", h)
+	defer srv.Close()
+	tr := n.Transport()
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	var statuses []string
+	for range 2 {
+		r, _ := http.NewRequest("POST", srv.URL, strings.NewReader("x"))
+		r.Header.Set("Idempotency-Key", "k")
+		resp, err := c.Do(r)
+		if err != nil {
+			statuses = append(statuses, "error")
+			continue
+		}
+		resp.Body.Close()
+		statuses = append(statuses, strconv.Itoa(resp.StatusCode))
+	}
+	if got, want := strings.Join(statuses, " "), "error 201"; got != want {
+		t.Errorf("answers = %q, want %q", got, want)
+	}
+}
+
+// TestHandlerLockExpires shows what LockTTL means: a handler slower than
+// it loses its lock, a retry runs the handler again, and the slow one's
+// response is not stored.
+func TestHandlerLockExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var errs []error
+		var mu sync.Mutex
+		c := &charges{}
+		var calls atomic.Int64
+		slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if calls.Add(1) == 1 {
+				time.Sleep(2 * time.Second) // the first run is slow
+			}
+			c.ServeHTTP(w, r)
+		})
+		h := Handler(slow, HandlerOptions{LockTTL: time.Second, OnStoreError: func(r *http.Request, err error) {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}})
+		done := make(chan *httptest.ResponseRecorder)
+		go func() { done <- serve(h, keyed("k", "x")) }()
+		time.Sleep(999 * time.Millisecond)
+		wantProblem(t, serve(h, keyed("k", "x")), 409)
+		time.Sleep(time.Millisecond)
+		second := serve(h, keyed("k", "x")) // the lock has expired: runs
+		first := <-done
+		third := serve(h, keyed("k", "x"))
+		if got, want := c.runs.Load(), int64(2); got != want {
+			t.Errorf("handler runs = %d, want %d", got, want)
+		}
+		if third.Body.String() != second.Body.String() || first.Body.String() == second.Body.String() {
+			t.Errorf("stored %q; want the second run's %q, not the first's %q", third.Body, second.Body, first.Body)
+		}
+		if len(errs) != 1 || !errors.Is(errs[0], ErrLockLost) {
+			t.Errorf("store errors = %v, want one ErrLockLost", errs)
+		}
+	})
+}
+
+// TestHandlerMemoryBounds sends 100 000 requests with distinct keys
+// through a Handler whose store is bounded, and checks the bounds after
+// each.
+func TestHandlerMemoryBounds(t *testing.T) {
+	const keys = 100_000
+	o := MemoryStoreOptions{MaxEntries: 2_000, MaxBytes: 512 << 10}
+	s := NewMemoryStore(o)
+	h := Handler(&charges{}, HandlerOptions{Store: s})
+	w := &discard{h: make(http.Header)}
+	body := strings.NewReader("")
+	r := httptest.NewRequest("POST", "/charges", body)
+	for i := range keys {
+		payload := fmt.Sprintf(`{"amount":%d}`, i)
+		body.Reset(payload)
+		r.ContentLength = int64(len(payload))
+		r.Header.Set("Idempotency-Key", "key-"+strconv.Itoa(i))
+		clear(w.h)
+		h.ServeHTTP(w, r)
+		if w.status != 201 {
+			t.Fatalf("request %d: status %d, want 201", i, w.status)
+		}
+		if st := s.Stats(); st.Entries > o.MaxEntries || st.Bytes > o.MaxBytes || st.InFlight != 0 {
+			t.Fatalf("after %d keys: %+v; limits %d entries, %d bytes, and no lock left", i+1, st, o.MaxEntries, o.MaxBytes)
+		}
+	}
+	check(t, s)
+	t.Logf("after %d keys: %+v", keys, s.Stats())
+}
+
+type discard struct {
+	h      http.Header
+	status int
+}
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) WriteHeader(code int)        { d.status = code }
+func (d *discard) Write(p []byte) (int, error) { return len(p), nil }

@@ -9,8 +9,8 @@ import (
 
 // Defaults of [MemoryStoreOptions], used where a field is zero.
 const (
-	DefaultMaxEntries = 100_000
-	DefaultMaxBytes   = 64 << 20 // 64 MiB
+	DefaultMaxEntries = 100_000  // keys held, in flight or completed
+	DefaultMaxBytes   = 64 << 20 // 64 MiB, as counted by MemoryStats.Bytes
 )
 
 // entryOverhead is what [MemoryStore] counts for one entry on top of its
@@ -46,7 +46,8 @@ type MemoryStoreOptions struct {
 // ([ErrTooLarge]).
 //
 // Expired entries are removed as they are met and when room is needed;
-// no goroutine is started. A MemoryStore is safe for concurrent use by
+// no goroutine is started. The context arguments of its methods are not
+// used: nothing in it blocks but a mutex. A MemoryStore is safe for concurrent use by
 // multiple goroutines. Create one with [NewMemoryStore].
 type MemoryStore struct {
 	maxEntries int

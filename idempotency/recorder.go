@@ -98,6 +98,9 @@ func (c *recorder) result() (*StoredResponse, bool) {
 	if _, ok := h["Content-Type"]; !ok && len(c.body) > 0 && bodyAllowed(c.status) && c.w.Header().Get("Transfer-Encoding") == "" {
 		h["Content-Type"] = []string{http.DetectContentType(c.body)}
 	}
+	if _, ok := h["Content-Length"]; !ok && bodyAllowed(c.status) {
+		h["Content-Length"] = []string{strconv.Itoa(len(c.body))}
+	}
 	body := c.body
 	if cap(body)-len(body) > len(body)/8 {
 		body = bytes.Clone(body) // do not keep append's spare capacity

@@ -142,7 +142,8 @@ var (
 	// large to be stored. The key is released.
 	ErrTooLarge = errors.New("idempotency: response too large to store")
 
-	// ErrStoreFull is returned by [MemoryStore.Begin] when every entry
-	// is an in-flight lock and no room can be made for one more.
+	// ErrStoreFull is returned by [MemoryStore] when no room can be made
+	// for a new entry because the rest are in-flight locks, which are
+	// never evicted.
 	ErrStoreFull = errors.New("idempotency: store full")
 )

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-var ctx = context.Background()
+var testCtx = context.Background()
 
 func resp(body string) *StoredResponse {
 	return &StoredResponse{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(body)}
@@ -52,34 +52,34 @@ func check(t *testing.T, s *MemoryStore) {
 
 func TestMemoryStoreLifecycle(t *testing.T) {
 	s := NewMemoryStore(MemoryStoreOptions{})
-	r, err := s.Begin(ctx, "k", "fp1", time.Minute)
+	r, err := s.Begin(testCtx, "k", "fp1", time.Minute)
 	if err != nil || r.State != Acquired || r.Token == "" {
 		t.Fatalf("first Begin = %+v, %v; want Acquired with a token", r, err)
 	}
 	tok := r.Token
 
-	r, err = s.Begin(ctx, "k", "fp2", time.Minute)
+	r, err = s.Begin(testCtx, "k", "fp2", time.Minute)
 	if err != nil || r.State != InFlight || r.Fingerprint != "fp1" || r.Token != "" {
 		t.Errorf("Begin while in flight = %+v, %v; want InFlight, fingerprint fp1, no token", r, err)
 	}
-	if err := s.Complete(ctx, "k", tok+"x", resp("no"), time.Hour); !errors.Is(err, ErrLockLost) {
+	if err := s.Complete(testCtx, "k", tok+"x", resp("no"), time.Hour); !errors.Is(err, ErrLockLost) {
 		t.Errorf("Complete with a wrong token = %v, want ErrLockLost", err)
 	}
-	if err := s.Release(ctx, "k", tok+"x"); !errors.Is(err, ErrLockLost) {
+	if err := s.Release(testCtx, "k", tok+"x"); !errors.Is(err, ErrLockLost) {
 		t.Errorf("Release with a wrong token = %v, want ErrLockLost", err)
 	}
 	want := resp(`{"id":1}`)
-	if err := s.Complete(ctx, "k", tok, want, time.Hour); err != nil {
+	if err := s.Complete(testCtx, "k", tok, want, time.Hour); err != nil {
 		t.Fatalf("Complete = %v, want nil", err)
 	}
-	r, err = s.Begin(ctx, "k", "fp1", time.Minute)
+	r, err = s.Begin(testCtx, "k", "fp1", time.Minute)
 	if err != nil || r.State != Completed || r.Fingerprint != "fp1" || r.Response != want {
 		t.Errorf("Begin after Complete = %+v, %v; want Completed, fp1, the stored response", r, err)
 	}
-	if err := s.Complete(ctx, "k", tok, resp("again"), time.Hour); !errors.Is(err, ErrLockLost) {
+	if err := s.Complete(testCtx, "k", tok, resp("again"), time.Hour); !errors.Is(err, ErrLockLost) {
 		t.Errorf("second Complete = %v, want ErrLockLost", err)
 	}
-	if err := s.Release(ctx, "k", tok); !errors.Is(err, ErrLockLost) {
+	if err := s.Release(testCtx, "k", tok); !errors.Is(err, ErrLockLost) {
 		t.Errorf("Release after Complete = %v, want ErrLockLost", err)
 	}
 	if got := s.Stats(); got.Entries != 1 || got.InFlight != 0 {
@@ -90,14 +90,14 @@ func TestMemoryStoreLifecycle(t *testing.T) {
 
 func TestMemoryStoreRelease(t *testing.T) {
 	s := NewMemoryStore(MemoryStoreOptions{})
-	r, _ := s.Begin(ctx, "k", "fp", time.Minute)
-	if err := s.Release(ctx, "k", r.Token); err != nil {
+	r, _ := s.Begin(testCtx, "k", "fp", time.Minute)
+	if err := s.Release(testCtx, "k", r.Token); err != nil {
 		t.Fatalf("Release = %v, want nil", err)
 	}
 	if got := s.Stats(); got != (MemoryStats{}) {
 		t.Errorf("Stats after Release = %+v, want zero", got)
 	}
-	r2, err := s.Begin(ctx, "k", "other", time.Minute)
+	r2, err := s.Begin(testCtx, "k", "other", time.Minute)
 	if err != nil || r2.State != Acquired || r2.Token == r.Token {
 		t.Errorf("Begin after Release = %+v, %v; want Acquired with a new token", r2, err)
 	}
@@ -107,16 +107,16 @@ func TestMemoryStoreRelease(t *testing.T) {
 func TestMemoryStoreExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := NewMemoryStore(MemoryStoreOptions{})
-		r, _ := s.Begin(ctx, "k", "fp", time.Minute)
-		if err := s.Complete(ctx, "k", r.Token, resp("x"), 24*time.Hour); err != nil {
+		r, _ := s.Begin(testCtx, "k", "fp", time.Minute)
+		if err := s.Complete(testCtx, "k", r.Token, resp("x"), 24*time.Hour); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(24*time.Hour - time.Nanosecond)
-		if r, _ := s.Begin(ctx, "k", "fp", time.Minute); r.State != Completed {
+		if r, _ := s.Begin(testCtx, "k", "fp", time.Minute); r.State != Completed {
 			t.Errorf("state 1ns before the TTL = %v, want completed", r.State)
 		}
 		time.Sleep(time.Nanosecond)
-		if r, _ := s.Begin(ctx, "k", "fp", time.Minute); r.State != Acquired {
+		if r, _ := s.Begin(testCtx, "k", "fp", time.Minute); r.State != Acquired {
 			t.Errorf("state at the TTL = %v, want acquired", r.State)
 		}
 		check(t, s)
@@ -126,24 +126,24 @@ func TestMemoryStoreExpiry(t *testing.T) {
 func TestMemoryStoreLockExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := NewMemoryStore(MemoryStoreOptions{})
-		first, _ := s.Begin(ctx, "k", "fp", 5*time.Minute)
+		first, _ := s.Begin(testCtx, "k", "fp", 5*time.Minute)
 		time.Sleep(5*time.Minute - time.Nanosecond)
-		if r, _ := s.Begin(ctx, "k", "fp", 5*time.Minute); r.State != InFlight {
+		if r, _ := s.Begin(testCtx, "k", "fp", 5*time.Minute); r.State != InFlight {
 			t.Errorf("state 1ns before the lock TTL = %v, want in flight", r.State)
 		}
 		time.Sleep(time.Nanosecond)
-		second, _ := s.Begin(ctx, "k", "fp", 5*time.Minute)
+		second, _ := s.Begin(testCtx, "k", "fp", 5*time.Minute)
 		if second.State != Acquired {
 			t.Fatalf("state at the lock TTL = %v, want acquired", second.State)
 		}
 		// The crashed (or slow) first holder can no longer write.
-		if err := s.Complete(ctx, "k", first.Token, resp("stale"), time.Hour); !errors.Is(err, ErrLockLost) {
+		if err := s.Complete(testCtx, "k", first.Token, resp("stale"), time.Hour); !errors.Is(err, ErrLockLost) {
 			t.Errorf("Complete by the expired holder = %v, want ErrLockLost", err)
 		}
-		if err := s.Complete(ctx, "k", second.Token, resp("fresh"), time.Hour); err != nil {
+		if err := s.Complete(testCtx, "k", second.Token, resp("fresh"), time.Hour); err != nil {
 			t.Errorf("Complete by the new holder = %v, want nil", err)
 		}
-		r, _ := s.Begin(ctx, "k", "fp", time.Minute)
+		r, _ := s.Begin(testCtx, "k", "fp", time.Minute)
 		if got, want := string(r.Response.Body), "fresh"; got != want {
 			t.Errorf("stored body = %q, want %q", got, want)
 		}
@@ -153,11 +153,11 @@ func TestMemoryStoreLockExpiry(t *testing.T) {
 
 func complete(t *testing.T, s *MemoryStore, key, body string) {
 	t.Helper()
-	r, err := s.Begin(ctx, key, "fp", time.Minute)
+	r, err := s.Begin(testCtx, key, "fp", time.Minute)
 	if err != nil || r.State != Acquired {
 		t.Fatalf("Begin(%q) = %+v, %v; want Acquired", key, r, err)
 	}
-	if err := s.Complete(ctx, key, r.Token, resp(body), time.Hour); err != nil {
+	if err := s.Complete(testCtx, key, r.Token, resp(body), time.Hour); err != nil {
 		t.Fatalf("Complete(%q) = %v", key, err)
 	}
 }
@@ -173,7 +173,7 @@ func TestMemoryStoreEvictsOldestFirst(t *testing.T) {
 		key  string
 		want State
 	}{{"c", Completed}, {"d", Completed}, {"e", Completed}, {"a", Acquired}} {
-		r, err := s.Begin(ctx, tt.key, "fp", time.Minute)
+		r, err := s.Begin(testCtx, tt.key, "fp", time.Minute)
 		if err != nil || r.State != tt.want {
 			t.Errorf("Begin(%q) = %v, %v; want %v", tt.key, r.State, err, tt.want)
 		}
@@ -188,16 +188,16 @@ func TestMemoryStoreEvictsOldestFirst(t *testing.T) {
 func TestMemoryStoreExpiredGoBeforeLive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := NewMemoryStore(MemoryStoreOptions{MaxEntries: 2})
-		r, _ := s.Begin(ctx, "old", "fp", time.Minute)
-		s.Complete(ctx, "old", r.Token, resp("x"), time.Minute)
-		r, _ = s.Begin(ctx, "new", "fp", time.Minute)
-		s.Complete(ctx, "new", r.Token, resp("y"), time.Hour)
+		r, _ := s.Begin(testCtx, "old", "fp", time.Minute)
+		s.Complete(testCtx, "old", r.Token, resp("x"), time.Minute)
+		r, _ = s.Begin(testCtx, "new", "fp", time.Minute)
+		s.Complete(testCtx, "new", r.Token, resp("y"), time.Hour)
 		time.Sleep(time.Minute)
 		complete(t, s, "newer", "z")
 		if got := s.Stats(); got.Entries != 2 || got.Evictions != 0 {
 			t.Errorf("Stats = %+v, want 2 entries, 0 evictions (the expired one went)", got)
 		}
-		if r, _ := s.Begin(ctx, "new", "fp", time.Minute); r.State != Completed {
+		if r, _ := s.Begin(testCtx, "new", "fp", time.Minute); r.State != Completed {
 			t.Errorf("live entry state = %v, want completed", r.State)
 		}
 	})
@@ -205,13 +205,13 @@ func TestMemoryStoreExpiredGoBeforeLive(t *testing.T) {
 
 func TestMemoryStoreNeverEvictsLocks(t *testing.T) {
 	s := NewMemoryStore(MemoryStoreOptions{MaxEntries: 2})
-	s.Begin(ctx, "a", "fp", time.Minute)
-	s.Begin(ctx, "b", "fp", time.Minute)
-	if _, err := s.Begin(ctx, "c", "fp", time.Minute); !errors.Is(err, ErrStoreFull) {
+	s.Begin(testCtx, "a", "fp", time.Minute)
+	s.Begin(testCtx, "b", "fp", time.Minute)
+	if _, err := s.Begin(testCtx, "c", "fp", time.Minute); !errors.Is(err, ErrStoreFull) {
 		t.Errorf("Begin on a store full of locks = %v, want ErrStoreFull", err)
 	}
 	for _, k := range []string{"a", "b"} {
-		if r, _ := s.Begin(ctx, k, "fp", time.Minute); r.State != InFlight {
+		if r, _ := s.Begin(testCtx, k, "fp", time.Minute); r.State != InFlight {
 			t.Errorf("lock %q state = %v, want in flight", k, r.State)
 		}
 	}
@@ -222,15 +222,15 @@ func TestMemoryStoreTooLarge(t *testing.T) {
 	s := NewMemoryStore(MemoryStoreOptions{MaxBytes: 4096})
 	complete(t, s, "small", "ok")
 	before := s.Stats()
-	r, _ := s.Begin(ctx, "big", "fp", time.Minute)
-	err := s.Complete(ctx, "big", r.Token, resp(string(make([]byte, 4096))), time.Hour)
+	r, _ := s.Begin(testCtx, "big", "fp", time.Minute)
+	err := s.Complete(testCtx, "big", r.Token, resp(string(make([]byte, 4096))), time.Hour)
 	if !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("Complete of a response over MaxBytes = %v, want ErrTooLarge", err)
 	}
-	if r, _ := s.Begin(ctx, "big", "fp", time.Minute); r.State != Acquired {
+	if r, _ := s.Begin(testCtx, "big", "fp", time.Minute); r.State != Acquired {
 		t.Errorf("key after ErrTooLarge: state %v, want acquired (released)", r.State)
 	}
-	if r, _ := s.Begin(ctx, "small", "fp", time.Minute); r.State != Completed {
+	if r, _ := s.Begin(testCtx, "small", "fp", time.Minute); r.State != Completed {
 		t.Errorf("other entry state = %v, want completed (not evicted for a response that cannot fit)", r.State)
 	}
 	if got := s.Stats(); got.Evictions != before.Evictions {
@@ -249,16 +249,16 @@ func TestMemoryStoreBounds(t *testing.T) {
 	body := make([]byte, 2000)
 	for i := range keys {
 		key := "key-" + strconv.Itoa(i)
-		r, err := s.Begin(ctx, key, "fp-"+key, time.Minute)
+		r, err := s.Begin(testCtx, key, "fp-"+key, time.Minute)
 		if err != nil || r.State != Acquired {
 			t.Fatalf("Begin(%q) = %+v, %v; want Acquired", key, r, err)
 		}
 		switch i % 10 {
 		case 0:
-			s.Release(ctx, key, r.Token)
+			s.Release(testCtx, key, r.Token)
 		default:
 			n := (i * 7919) % len(body)
-			if err := s.Complete(ctx, key, r.Token, &StoredResponse{Status: 200, Body: body[:n]}, time.Hour); err != nil {
+			if err := s.Complete(testCtx, key, r.Token, &StoredResponse{Status: 200, Body: body[:n]}, time.Hour); err != nil {
 				t.Fatalf("Complete(%q) = %v", key, err)
 			}
 		}
@@ -274,7 +274,7 @@ func TestMemoryStoreBounds(t *testing.T) {
 	}
 	// The newest responses are still there.
 	last := "key-" + strconv.Itoa(keys-1)
-	if r, _ := s.Begin(ctx, last, "fp-"+last, time.Minute); r.State != Completed {
+	if r, _ := s.Begin(testCtx, last, "fp-"+last, time.Minute); r.State != Completed {
 		t.Errorf("newest key state = %v, want completed", r.State)
 	}
 }
@@ -294,8 +294,8 @@ func TestMemoryStoreHeap(t *testing.T) {
 	for i := range n {
 		key := fmt.Sprintf("scope-%06d\x00%08x-1234-4abc-8def-0123456789ab", i%1000, i)
 		fp := fmt.Sprintf("%064x", i)
-		r, _ := s.Begin(ctx, key, fp, time.Minute)
-		s.Complete(ctx, key, r.Token, &StoredResponse{
+		r, _ := s.Begin(testCtx, key, fp, time.Minute)
+		s.Complete(testCtx, key, r.Token, &StoredResponse{
 			Status: 201,
 			Header: http.Header{"Content-Type": {"application/json"}},
 			Body:   fmt.Appendf(nil, `{"id":"ch_%08d","amount":1000,"currency":"eur"}`, i),
@@ -324,7 +324,7 @@ func TestMemoryStoreConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range keys {
 				key := strconv.Itoa((i + w) % keys)
-				r, err := s.Begin(ctx, key, "fp", time.Hour)
+				r, err := s.Begin(testCtx, key, "fp", time.Hour)
 				if err != nil {
 					t.Error(err)
 					return
@@ -333,7 +333,7 @@ func TestMemoryStoreConcurrent(t *testing.T) {
 					mu.Lock()
 					acquired[key]++
 					mu.Unlock()
-					s.Complete(ctx, key, r.Token, resp(key), time.Hour)
+					s.Complete(testCtx, key, r.Token, resp(key), time.Hour)
 				}
 				s.Stats()
 			}
