@@ -18,6 +18,7 @@ import (
 	"github.com/sturdyhttp/sturdy/httptestutil"
 	"github.com/sturdyhttp/sturdy/idempotency"
 	"github.com/sturdyhttp/sturdy/policy"
+	"github.com/sturdyhttp/sturdy/ratelimit"
 )
 
 // newStack is New over a fake network's transport, with a constant
@@ -438,4 +439,44 @@ func TestNewDefaultBase(t *testing.T) {
 	if got := readAll(t, resp); got != "ok" {
 		t.Errorf("body = %q, want ok", got)
 	}
+}
+
+func TestNewHooksBreakerAndRateLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := newFakeEnv(t, httptestutil.Script(
+			httptestutil.RateLimitHeaders(200, "", httptestutil.Quota{Limit: 10, Remaining: 0, Reset: 5 * time.Second}, httptestutil.FamilyGitHub),
+			httptestutil.Status(200, ""),
+			httptestutil.Status(500, "").Times(2),
+		))
+		var mu sync.Mutex
+		var events []string
+		add := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
+		c := newStack(env, Options{
+			Retry:   policy.Retry{MaxAttempts: 1},
+			Breaker: BreakerSettings{ConsecutiveFailures: 2},
+			Hooks: Hooks{
+				OnRateLimitWait: func(e ratelimit.WaitEvent) { add("wait " + e.Wait.String() + " " + e.Reason) },
+				OnBreakerStateChange: func(key string, from, to BreakerState) {
+					add("breaker " + key + " " + from.String() + " -> " + to.String())
+				},
+				OnGiveUp: func(e policy.GiveUpEvent) { add("give up: " + e.Reason) },
+			},
+		})
+		for range 4 {
+			resp, err := c.Get(env.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+		}
+		want := []string{
+			"wait 5s quota",
+			"give up: status 500, attempts exhausted",
+			"breaker " + env.url + " closed -> open",
+			"give up: status 500, attempts exhausted",
+		}
+		if !reflect.DeepEqual(events, want) {
+			t.Errorf("events:\n%s\nwant:\n%s", strings.Join(events, "\n"), strings.Join(want, "\n"))
+		}
+	})
 }

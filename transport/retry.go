@@ -125,12 +125,16 @@ func AttemptFromContext(ctx context.Context) int {
 
 func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := t.c
-	if c.attempts <= 1 {
+	var (
+		body replay // one attempt only: nothing to replay
+		err  error
+	)
+	if c.attempts > 1 {
+		if body, err = newReplay(req, c.bufLimit); err != nil {
+			return nil, err
+		}
+	} else if c.onAttempt == nil && c.onGiveUp == nil {
 		return t.next.RoundTrip(req)
-	}
-	body, err := newReplay(req, c.bufLimit)
-	if err != nil {
-		return nil, err
 	}
 	ctx := req.Context()
 	idempotent := policy.IsIdempotent(req, c.keyHeader)
