@@ -1,0 +1,82 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/policy"
+	"github.com/sturdyhttp/sturdy/ratelimit"
+)
+
+func TestSlogHooks(t *testing.T) {
+	req, _ := http.NewRequest("POST", "https://api.test:8443/v1/charges?api_key=secret", nil)
+	tests := []struct {
+		name  string
+		fire  func(Hooks)
+		level string
+		want  map[string]any
+	}{
+		{"attempt", func(h Hooks) {
+			h.OnAttempt(policy.AttemptEvent{Request: req, Attempt: 2, Status: 503, Duration: 1500 * time.Millisecond})
+		}, "DEBUG", map[string]any{"msg": MsgAttempt, AttrAttempt: 2.0, AttrStatus: 503.0, AttrDuration: 1.5e9}},
+		{"retry on error", func(h Hooks) {
+			h.OnRetry(policy.RetryEvent{Request: req, Attempt: 3, Wait: time.Second, Reason: "dial error", Err: errors.New("refused")})
+		}, "INFO", map[string]any{"msg": MsgRetry, AttrAttempt: 3.0, AttrWait: 1e9, AttrReason: "dial error", AttrError: "refused"}},
+		{"give up", func(h Hooks) {
+			h.OnGiveUp(policy.GiveUpEvent{Request: req, Attempts: 4, Reason: "status 503, attempts exhausted", Status: 503})
+		}, "WARN", map[string]any{"msg": MsgGiveUp, AttrAttempts: 4.0, AttrReason: "status 503, attempts exhausted", AttrStatus: 503.0}},
+		{"breaker opens", func(h Hooks) { h.OnBreakerStateChange("https://api.test", BreakerClosed, BreakerOpen) },
+			"WARN", map[string]any{"msg": MsgBreaker, AttrKey: "https://api.test", AttrFrom: "closed", AttrTo: "open"}},
+		{"breaker half-open", func(h Hooks) { h.OnBreakerStateChange("https://api.test", BreakerOpen, BreakerHalfOpen) },
+			"INFO", map[string]any{"msg": MsgBreaker, AttrKey: "https://api.test", AttrFrom: "open", AttrTo: "half-open"}},
+		{"rate limit wait", func(h Hooks) {
+			h.OnRateLimitWait(ratelimit.WaitEvent{Request: req, Key: "https://api.test:8443", Wait: 2 * time.Second, Reason: ratelimit.ReasonQuota})
+		}, "INFO", map[string]any{"msg": MsgRateLimitWait, AttrKey: "https://api.test:8443", AttrWait: 2e9, AttrReason: "quota"}},
+		{"rate limit reject", func(h Hooks) {
+			h.OnRateLimitReject(ratelimit.RejectEvent{Request: req, Key: "https://api.test:8443", Wait: time.Minute, Reason: ratelimit.ReasonRetryAfter})
+		}, "WARN", map[string]any{"msg": MsgRateLimitReject, AttrKey: "https://api.test:8443", AttrWait: 6e10, AttrReason: "retry-after"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			l := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			tt.fire(SlogHooks(l))
+			var got map[string]any
+			if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+				t.Fatalf("log line %q: %v", buf.String(), err)
+			}
+			delete(got, "time")
+			if got["level"] != tt.level {
+				t.Errorf("level = %v, want %v", got["level"], tt.level)
+			}
+			delete(got, "level")
+			want := tt.want
+			if want["msg"] != MsgBreaker { // every event but a breaker's has a request
+				want[AttrMethod], want[AttrServer], want[AttrPath] = "POST", "api.test:8443", "/v1/charges"
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("logged %v, want %v", got, want)
+			}
+			if bytes.Contains(buf.Bytes(), []byte("secret")) {
+				t.Error("the query string was logged")
+			}
+		})
+	}
+}
+
+func TestSlogHooksDisabledLevelLogsNothing(t *testing.T) {
+	var buf bytes.Buffer
+	h := SlogHooks(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelError})))
+	req, _ := http.NewRequest("GET", "http://x.test/", nil)
+	h.OnAttempt(policy.AttemptEvent{Request: req, Attempt: 1, Status: 200})
+	h.OnRetry(policy.RetryEvent{Request: req, Attempt: 2})
+	if buf.Len() != 0 {
+		t.Errorf("logged %q at a disabled level", buf.String())
+	}
+}
