@@ -27,9 +27,10 @@ type Options struct {
 
 	// Rate is a client-side limit, in requests per second per key, for
 	// APIs that publish their limits but send no headers. Zero means no
-	// client-side limit. When a server announces its policy (an IETF
-	// RateLimit-Policy q= and w=), the limiter adopts the server's rate
-	// q/w in place of Rate.
+	// client-side limit. When a server announces its policy (q= and w=
+	// of an IETF RateLimit-Policy, or a window in the first-generation
+	// RateLimit-Limit), the limiter adopts the server's rate, quota per
+	// window, in place of Rate.
 	Rate rate.Limit
 
 	// Burst is how many requests the client-side limiter lets through at

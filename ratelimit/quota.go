@@ -152,10 +152,20 @@ type Quota struct {
 // A response served from a cache (an Age header above 0) says nothing
 // about the client's quota now: ParseHeaders reports false for it.
 func ParseHeaders(h http.Header, now time.Time) (Quota, bool) {
+	return parseSeen(h, scan(h), now)
+}
+
+// scan reports which families h may carry.
+func scan(h http.Header) familySet {
 	var seen familySet
 	for k := range h {
 		seen |= familyOf(k)
 	}
+	return seen
+}
+
+// parseSeen is ParseHeaders once h has been scanned.
+func parseSeen(h http.Header, seen familySet, now time.Time) (Quota, bool) {
 	if seen == 0 {
 		return Quota{}, false
 	}
@@ -247,7 +257,9 @@ func (c *clock) serverNow() time.Time {
 		c.parsed = true
 		c.server = c.now
 		if v := first(c.h, "Date"); v != "" {
-			if t, err := http.ParseTime(v); err == nil {
+			if t, ok := parseIMFFixdate(v); ok {
+				c.server = t
+			} else if t, err := http.ParseTime(v); err == nil {
 				c.server = t
 			}
 		}
@@ -724,4 +736,43 @@ func secondsOrMax(s int64) time.Duration {
 		return math.MaxInt64
 	}
 	return time.Duration(s) * time.Second
+}
+
+// parseIMFFixdate parses the preferred HTTP date form,
+// "Mon, 01 Jul 2013 17:27:06 GMT", which nearly every server sends in
+// Date, several times faster than time.Parse. It reports false for
+// anything else; the caller then tries http.ParseTime.
+func parseIMFFixdate(s string) (time.Time, bool) {
+	if len(s) != 29 || s[3] != ',' || s[4] != ' ' || s[7] != ' ' || s[11] != ' ' ||
+		s[16] != ' ' || s[19] != ':' || s[22] != ':' || s[25:] != " GMT" {
+		return time.Time{}, false
+	}
+	num := func(a string) int {
+		n := 0
+		for i := 0; i < len(a); i++ {
+			if !isDigit(a[i]) {
+				return -1
+			}
+			n = n*10 + int(a[i]-'0')
+		}
+		return n
+	}
+	day, year := num(s[5:7]), num(s[12:16])
+	hour, minute, sec := num(s[17:19]), num(s[20:22]), num(s[23:25])
+	month := 0
+	for i, m := range [...]string{"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"} {
+		if s[8:11] == m {
+			month = i + 1
+			break
+		}
+	}
+	if day < 1 || day > 31 || year < 0 || month == 0 || hour < 0 || hour > 23 ||
+		minute < 0 || minute > 59 || sec < 0 || sec > 60 {
+		return time.Time{}, false
+	}
+	t := time.Date(year, time.Month(month), day, hour, minute, sec, 0, time.UTC)
+	if t.Day() != day { // Feb 30 and the like
+		return time.Time{}, false
+	}
+	return t, true
 }

@@ -406,3 +406,42 @@ func TestFamilyString(t *testing.T) {
 		}
 	}
 }
+
+func TestParseIMFFixdate(t *testing.T) {
+	cases := []string{
+		"Mon, 01 Jul 2013 17:27:06 GMT",
+		"Tue, 29 Feb 2000 23:59:59 GMT",
+		"Sun, 06 Nov 1994 08:49:37 GMT",
+		"Thu, 01 Jan 1970 00:00:00 GMT",
+		"Fri, 31 Dec 9999 23:59:59 GMT",
+	}
+	for _, s := range cases {
+		want, err := http.ParseTime(s)
+		if err != nil {
+			t.Fatalf("http.ParseTime(%q): %v", s, err)
+		}
+		got, ok := parseIMFFixdate(s)
+		if !ok || !got.Equal(want) {
+			t.Errorf("parseIMFFixdate(%q) = %v, %v; want %v, true", s, got, ok, want)
+		}
+	}
+	bad := []string{
+		"", "Mon, 01 Jul 2013 17:27:06 UTC", "Mon, 01 Jul 2013 17:27:06 GMT ", "Mon, 30 Feb 2013 17:27:06 GMT",
+		"Mon, 01 Jly 2013 17:27:06 GMT", "Mon, 01 Jul 2013 24:00:00 GMT", "Mon, 00 Jul 2013 17:27:06 GMT",
+		"Mon, 0a Jul 2013 17:27:06 GMT", "Monday, 01-Jul-13 17:27:06 GMT", "Mon Jul  1 17:27:06 2013",
+		"Mon, 01 Jul 2013 17:60:06 GMT", "Mon, 01 Jul -013 17:27:06 GMT",
+	}
+	for _, s := range bad {
+		if got, ok := parseIMFFixdate(s); ok {
+			t.Errorf("parseIMFFixdate(%q) = %v, true; want false", s, got)
+		}
+	}
+	// The other two forms RFC 9110 accepts still work, through
+	// http.ParseTime.
+	for _, d := range []string{"Monday, 01-Jul-13 17:27:06 GMT", "Mon Jul  1 17:27:06 2013"} {
+		h := hdr("Date", d, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1372700873")
+		if q, ok := ParseHeaders(h, clientNow); !ok || !q.Reset.Equal(in(20*time.Minute+47*time.Second)) {
+			t.Errorf("Date %q: Reset = now%+v, want now+20m47s", d, q.Reset.Sub(clientNow))
+		}
+	}
+}

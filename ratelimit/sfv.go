@@ -252,6 +252,9 @@ func (l *sfList) bareItem() (sfItem, bool) {
 
 // number parses an Integer or a Decimal (RFC 9651 §4.2.4).
 func (l *sfList) number() (sfItem, bool) {
+	if l.i == len(l.s) {
+		return sfItem{}, false
+	}
 	neg := false
 	if l.s[l.i] == '-' {
 		neg = true

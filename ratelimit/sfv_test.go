@@ -53,6 +53,11 @@ func TestSFList(t *testing.T) {
 		{`?2`, 0, false},
 		{`@1659578233`, 1, true},
 		{`@1.5`, 0, false},
+		// Found by FuzzParseHeaders: a Date marker at the end of the
+		// field read past it.
+		{`@`, 0, false},
+		{`"a";t=@`, 0, false},
+		{`@-`, 0, false},
 		{`%"f%c3%bc%c3%bc"`, 1, true},
 		{`%"f%C3"`, 0, false},
 		{`("foo" "bar"), ("baz"), (), ( 1 2 )`, 4, true},

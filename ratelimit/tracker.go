@@ -15,6 +15,10 @@ import (
 // window's reset moves by up to a second from response to response.
 const sameWindow = time.Second
 
+// releaseAfterPause is how long after a pause ends that arriving requests
+// are spread even though they did not wait here.
+const releaseAfterPause = time.Second
+
 // awaitNewsMax bounds a wait for the first response of a new window
 // whose reset is not known yet; past it, the request goes anyway.
 const awaitNewsMax = time.Second
@@ -55,6 +59,9 @@ type Tracker struct {
 	o     Options
 	mu    sync.RWMutex
 	hosts map[hostKey]*host
+	// waitingNews counts the hosts whose requests wait for news, so
+	// that a response without quota headers costs no lookup otherwise.
+	waitingNews atomic.Int32
 }
 
 // hostKey is the map key of a host: the request URL's scheme and host for
@@ -118,12 +125,19 @@ func (t *Tracker) lookup(k hostKey, create bool, now time.Time) *host {
 		h = t.insert(k, now)
 	}
 	if h != nil {
-		n := now.UnixNano()
-		if n-h.lastUsed.Load() > int64(time.Second) {
-			h.lastUsed.Store(n)
-		}
+		h.touch(now)
 	}
 	return h
+}
+
+// touch records that h is in use at now, for eviction. It writes at
+// most once a second, so that parallel requests share the cache line
+// read-only.
+func (h *host) touch(now time.Time) {
+	n := now.UnixNano()
+	if n-h.lastUsed.Load() > int64(time.Second) {
+		h.lastUsed.Store(n)
+	}
 }
 
 func (t *Tracker) insert(k hostKey, now time.Time) *host {
@@ -173,6 +187,10 @@ func (t *Tracker) evict(now time.Time) bool {
 		if len(t.hosts) < target {
 			break
 		}
+		h := t.hosts[c.k]
+		h.mu.Lock()
+		t.closeNews(h)
+		h.mu.Unlock()
 		delete(t.hosts, c.k)
 	}
 	return len(t.hosts) < limit
@@ -195,12 +213,20 @@ func (h *host) idle(now time.Time) bool {
 // deadline or [Options.MaxWait]; r's context error when the context ends
 // during the wait.
 func (t *Tracker) Wait(r *http.Request) error {
-	now := time.Now()
 	k := t.key(r)
-	h := t.lookup(k, t.o.Rate > 0, now)
-	if h == nil {
-		return nil
+	t.mu.RLock()
+	h := t.hosts[k]
+	t.mu.RUnlock()
+	if h == nil && t.o.Rate <= 0 {
+		return nil // the common case: nothing known, nothing to count
 	}
+	now := time.Now()
+	if h == nil {
+		if h = t.insert(k, now); h == nil {
+			return nil
+		}
+	}
+	h.touch(now)
 	w := waiter{t: t, r: r, k: k, h: h, start: now}
 	if h.client != nil && !h.client.AllowN(now, 1) {
 		if err := w.clientRate(); err != nil {
@@ -231,7 +257,7 @@ func (w *waiter) admit() error {
 	waited, spread, giveUp := false, false, false
 	for {
 		now := time.Now()
-		v := w.h.decide(now, w.t.o.Reserve, waited, spread, giveUp)
+		v := w.h.decide(w.t, now, w.t.o.Reserve, waited, spread, giveUp)
 		switch v.reason {
 		case "":
 			return nil
@@ -260,7 +286,7 @@ func (w *waiter) admit() error {
 // for a place in the release spread, for a request that has waited;
 // spread says it has had its place already; giveUp, that it has waited
 // for news of a new window once already.
-func (h *host) decide(now time.Time, reserve int, waited, spread, giveUp bool) verdict {
+func (h *host) decide(t *Tracker, now time.Time, reserve int, waited, spread, giveUp bool) verdict {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if now.Before(h.pause) {
@@ -276,11 +302,16 @@ func (h *host) decide(now time.Time, reserve int, waited, spread, giveUp bool) v
 		if h.awaiting && h.sentSinceRoll > 0 && !giveUp {
 			if h.news == nil {
 				h.news = make(chan struct{})
+				t.waitingNews.Add(1)
 			}
 			return verdict{reason: ReasonAwaitQuota, news: h.news}
 		}
 	}
-	if !spread && (waited || now.Before(h.releaseUntil)) {
+	// Requests that waited here, that arrive while others are being
+	// spread, or that arrive in the second after a pause ended (they
+	// waited elsewhere, say in a retry layer that read the same
+	// Retry-After) take a place in the spread.
+	if !spread && (waited || now.Before(h.releaseUntil) || now.Sub(h.pause) < releaseAfterPause) {
 		lim := h.releaseLimit()
 		if h.release == nil {
 			h.release = rate.NewLimiter(lim, 1)
@@ -423,20 +454,30 @@ func (w *waiter) reject(d time.Duration, until time.Time, reason string) error {
 // each request that [Tracker.Wait] let through; h is nil when the request
 // got no response.
 func (t *Tracker) Observe(r *http.Request, h http.Header) {
+	seen := scan(h)
+	if seen == 0 && t.waitingNews.Load() == 0 {
+		return // the common case: no quota headers, nobody waiting for them
+	}
 	now := time.Now()
-	q, ok := ParseHeaders(h, now)
+	q, ok := parseSeen(h, seen, now)
 	st := t.lookup(t.key(r), ok, now)
 	if st == nil {
 		return
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.news != nil {
-		close(st.news)
-		st.news = nil
-	}
+	t.closeNews(st)
 	if ok {
 		st.update(q, now)
+	}
+}
+
+// closeNews wakes the requests waiting for news of h. h.mu is held.
+func (t *Tracker) closeNews(h *host) {
+	if h.news != nil {
+		close(h.news)
+		h.news = nil
+		t.waitingNews.Add(-1)
 	}
 }
 
@@ -511,10 +552,7 @@ func (t *Tracker) Pause(r *http.Request, until time.Time) {
 	if until.After(h.pause) {
 		h.pause = until
 	}
-	if h.news != nil {
-		close(h.news)
-		h.news = nil
-	}
+	t.closeNews(h)
 }
 
 // Quota returns the state tracked for r's key: the last quota its
