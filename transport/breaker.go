@@ -17,7 +17,7 @@ import (
 // Defaults of [BreakerSettings], used where a field is zero.
 const (
 	DefaultBreakerFailures    = 5
-	DefaultBreakerCooldown    = 30 * time.Second
+	DefaultBreakerCooldown    = 5 * time.Second
 	DefaultBreakerMinRequests = 20
 	DefaultBreakerWindow      = 60 * time.Second
 	DefaultBreakerMaxHosts    = 10000
@@ -31,7 +31,7 @@ const (
 var ErrCircuitOpen = errors.New("transport: circuit open")
 
 // BreakerSettings configures [Breaker]. The zero value is ready to use: it
-// opens a host's breaker after 5 failures in a row, keeps it open for 30s,
+// opens a host's breaker after 5 failures in a row, keeps it open for 5s,
 // then lets 1 probe through.
 //
 // A failure is what IsFailure says; by default a transport error or a 5xx
@@ -51,7 +51,9 @@ type BreakerSettings struct {
 
 	// Cooldown is how long an open breaker refuses requests before it
 	// turns half-open and lets probes through. Zero or negative means
-	// [DefaultBreakerCooldown] (30s).
+	// [DefaultBreakerCooldown] (5s): long enough to spare a host that
+	// is down, short enough that callers see its recovery within seconds
+	// (a probe every 5s per client is no load).
 	Cooldown time.Duration
 
 	// HalfOpenRequests is how many probes a half-open breaker lets

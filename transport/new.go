@@ -11,9 +11,14 @@ import (
 	"github.com/sturdyhttp/sturdy/ratelimit"
 )
 
-// DefaultTimeout is the whole-operation budget of [New] when
-// Options.Timeout is zero.
-const DefaultTimeout = 2 * time.Minute
+// Defaults of [Options].
+const (
+	// DefaultTimeout is the whole-operation budget when Timeout is zero.
+	DefaultTimeout = 2 * time.Minute
+	// DefaultMaxIdleConnsPerHost is how many idle connections per host the
+	// default base keeps.
+	DefaultMaxIdleConnsPerHost = 100
+)
 
 // Layer names one layer of the stack that [New] builds, to switch it off
 // with Options.Disable.
@@ -34,8 +39,11 @@ const (
 // every default below.
 type Options struct {
 	// Base is the transport that sends each attempt. Nil means a new
-	// cleanhttp.DefaultPooledTransport(): keep-alives on, a pool sized
-	// for many connections per host, no shared global state.
+	// cleanhttp.DefaultPooledTransport() (keep-alives on, no shared global
+	// state) that keeps up to [DefaultMaxIdleConnsPerHost] idle
+	// connections per host instead of cleanhttp's GOMAXPROCS+1, so that
+	// many goroutines calling one API reuse connections rather than dial
+	// again and again.
 	Base http.RoundTripper
 
 	// Timeout bounds a whole operation: every attempt, every wait between
@@ -115,7 +123,9 @@ type Hooks struct {
 func New(o Options) http.RoundTripper {
 	base := o.Base
 	if base == nil {
-		base = cleanhttp.DefaultPooledTransport()
+		t := cleanhttp.DefaultPooledTransport()
+		t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+		base = t
 	}
 	on := func(l Layer) bool { return o.Disable&l == 0 }
 	h := o.Hooks

@@ -1,0 +1,281 @@
+// Command outage shows, in one run, why sturdy exists: a fleet of clients
+// keeps calling an API that goes down for a few seconds and comes back,
+// and the same workload runs three ways, one after the other:
+//
+//   - naive loop: on failure, try again at once, up to 5 more times;
+//   - fixed backoff: the typical hand-written retry, up to 5 retries with
+//     exponential backoff and no jitter;
+//   - sturdy: transport.New(transport.Options{Timeout: deadline}), every
+//     other setting at its default.
+//
+// The API is an httptestutil.Outage emulator on a loopback port: healthy,
+// then 503 (or connection resets, with -mode reset) for the outage, then
+// healthy again. Every client goroutine runs operations in a loop, each
+// with a deadline, with a think time between them. The program prints a
+// table (the load the server got during the outage and right after it,
+// what the callers saw) and writes an SVG chart of the server's load.
+//
+//	go run ./examples/outage                  # about 20 s
+//	go run ./examples/outage -clients 1000 -run 20s -outage-start 5s -outage 10s
+//	go run ./examples/outage -readme          # also writes docs/outage.svg
+//
+// Everything stays on this machine: the server listens on 127.0.0.1, and
+// every loop stops by itself.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/transport"
+)
+
+func main() {
+	if err := mainErr(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func mainErr(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("outage", flag.ContinueOnError)
+	var c config
+	fs.IntVar(&c.Clients, "clients", 300, "client goroutines, each running operations in a loop")
+	fs.IntVar(&c.Instances, "instances", 10, "client processes the goroutines are spread over; each has its own http.Client (and, for sturdy, its own breaker and retry budget)")
+	fs.DurationVar(&c.Run, "run", 6*time.Second, "how long each kind of client runs")
+	fs.DurationVar(&c.OutageStart, "outage-start", 1500*time.Millisecond, "when the server goes down, from the start of a run")
+	fs.DurationVar(&c.Outage, "outage", 3*time.Second, "how long the server stays down")
+	mode := fs.String("mode", "503", `how the server fails while down: "503" (Service Unavailable) or "reset" (connections dropped)`)
+	fs.DurationVar(&c.Deadline, "deadline", 2*time.Second, "each operation's deadline, every attempt and wait included")
+	fs.DurationVar(&c.Think, "think", 100*time.Millisecond, "pause between a client's operations (±20%)")
+	fs.DurationVar(&c.Backoff, "backoff", 100*time.Millisecond, "first wait of the fixed-backoff client, doubled at each retry")
+	fs.DurationVar(&c.Cooldown, "cooldown", 0, "sturdy's breaker cooldown; 0 keeps transport's default (30s)")
+	svg := fs.String("svg", "outage.svg", "where to write the chart")
+	readme := fs.Bool("readme", false, "also write the chart to docs/outage.svg (run from the repository root)")
+	fs.SetOutput(out)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	var err error
+	if c.Mode, err = parseMode(*mode); err != nil {
+		return err
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	fmt.Fprintf(out, "A local API (loopback) is healthy, goes down from %v to %v (%s), then comes back.\n",
+		c.OutageStart, c.outageEnd(), modeName(c.Mode))
+	fmt.Fprintf(out, "%d client goroutines in %d client processes call it for %v, each operation with a %v deadline\n",
+		c.Clients, c.Instances, c.Run, c.Deadline)
+	fmt.Fprintf(out, "and ~%v of think time between operations. The same workload runs three ways:\n", c.Think)
+	for _, k := range kinds {
+		fmt.Fprintf(out, "  %-14s %s\n", k.String()+":", k.describe(c))
+	}
+	fmt.Fprintln(out)
+
+	var runs []result
+	var sums []summary
+	for _, k := range kinds {
+		fmt.Fprintf(out, "running %s... ", k)
+		r, err := run(ctx, c, k)
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("outage: interrupted")
+		}
+		fmt.Fprintf(out, "%d operations in %.1fs\n", len(r.ops), r.elapsed.Seconds())
+		runs = append(runs, r)
+		sums = append(sums, summarize(c, r))
+	}
+	fmt.Fprintln(out)
+	printTable(out, c, sums)
+
+	paths := []string{*svg}
+	if *readme {
+		paths = append(paths, filepath.Join("docs", "outage.svg"))
+	}
+	for _, p := range paths {
+		if err := saveChart(p, c, sums, runs); err != nil {
+			return err
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			abs = p
+		}
+		fmt.Fprintf(out, "chart: %s (server requests per 100 ms over time, one line per client, the outage shaded)\n", abs)
+	}
+	return nil
+}
+
+func saveChart(path string, c config, sums []summary, runs []result) error {
+	if dir := filepath.Dir(path); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("outage: writing the chart: %w", err)
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("outage: writing the chart: %w", err)
+	}
+	if err := writeChart(f, c, sums, runs); err != nil {
+		f.Close()
+		return fmt.Errorf("outage: writing the chart: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("outage: writing the chart: %w", err)
+	}
+	return nil
+}
+
+// printTable writes one row per measure and one column per kind, then
+// what the rows mean.
+func printTable(out io.Writer, c config, sums []summary) {
+	row := func(label string, cell func(s summary) string) {
+		line := fmt.Sprintf("%-52s", label)
+		for _, s := range sums {
+			line += fmt.Sprintf("%16s", cell(s))
+		}
+		fmt.Fprintln(out, strings.TrimRight(line, " "))
+	}
+	num := func(f func(s summary) int64) func(summary) string {
+		return func(s summary) string { return thousands(f(s)) }
+	}
+	row("", func(s summary) string { return s.kind.String() })
+	row("SERVER (requests that reached it)", func(summary) string { return "" })
+	row("  before the outage, peak per 100 ms", num(func(s summary) int64 { return s.baseline }))
+	row(fmt.Sprintf("  during the outage (%v)", c.Outage), num(func(s summary) int64 { return s.during }))
+	row("    peak per 100 ms", num(func(s summary) int64 { return s.duringPeak }))
+	row("  in the first second after it came back", num(func(s summary) int64 { return s.recovery }))
+	row("    peak per 100 ms", num(func(s summary) int64 { return s.recoveryPeak }))
+	row("  after their caller had given up [1]", num(func(s summary) int64 { return s.late }))
+	row("  in all", num(func(s summary) int64 { return s.total }))
+	row("CALLERS (operations)", func(summary) string { return "" })
+	row("  started", num(func(s summary) int64 { return int64(s.ops) }))
+	row("  succeeded", func(s summary) string {
+		return fmt.Sprintf("%s (%s)", thousands(int64(s.ok)), pct(s.ok, s.ops))
+	})
+	row("  failed fast on an open circuit (no request)", num(func(s summary) int64 { return int64(s.open) }))
+	row("  latency p50", func(s summary) string { return ms(s.p50) })
+	row("  latency p99", func(s summary) string { return ms(s.p99) })
+	row("  time until 99% of new operations succeed [2]", func(s summary) string {
+		if s.neverOK {
+			return "not in this run"
+		}
+		return fmt.Sprintf("%.1fs", s.recovered.Seconds())
+	})
+	fmt.Fprintln(out)
+
+	var naive, st summary
+	for _, s := range sums {
+		switch s.kind {
+		case kindNaive:
+			naive = s
+		case kindSturdy:
+			st = s
+		}
+	}
+	if st.during > 0 {
+		fmt.Fprintf(out, "During the outage the server got %.0f× fewer requests from sturdy than from the naive loop (%s vs %s).\n",
+			float64(naive.during)/float64(st.during), thousands(st.during), thousands(naive.during))
+	} else {
+		fmt.Fprintf(out, "During the outage the server got no request from sturdy (%s from the naive loop).\n", thousands(naive.during))
+	}
+	if st.kind == kindSturdy {
+		fmt.Fprintln(out, breakerNote(c, st.breaker))
+	}
+	fmt.Fprintln(out, "[1] requests whose operation's deadline (sent along in the "+deadlineHeader+" header) had passed when the server got them.")
+	fmt.Fprintln(out, "[2] from the server's return: operations are grouped by start time in 100 ms buckets; the first bucket from which")
+	fmt.Fprintln(out, "    every later one had at least 99% of its operations succeed. Latency counts every operation, failed ones too.")
+	fmt.Fprintln(out)
+}
+
+// breakerNote says what sturdy's breakers did, and when the ones still
+// open will let requests through again.
+func breakerNote(c config, b breakerStats) string {
+	if b.opens == 0 {
+		return "sturdy's breakers never opened."
+	}
+	cooldown, which := c.Cooldown, "-cooldown"
+	if cooldown == 0 {
+		cooldown, which = transport.DefaultBreakerCooldown, "the default"
+	}
+	s := fmt.Sprintf("sturdy's breakers (one per client process) opened %d times, first at %.2fs; each stays open for its cooldown (%v, %s).",
+		b.opens, b.firstOpen.Seconds(), cooldown, which)
+	if b.closes > 0 {
+		s += fmt.Sprintf("\nThey closed again %d times, the last at %.2fs, %.2fs after the server came back.",
+			b.closes, b.lastClose.Seconds(), (b.lastClose - c.outageEnd()).Seconds())
+	}
+	if b.openAtEnd > 0 {
+		until := b.lastOpen + cooldown
+		s += fmt.Sprintf("\n%d were still open when the run ended: their clients fail fast, sending nothing, until about %.1fs,\n%.1fs after the server came back (raise -run to see it).",
+			b.openAtEnd, until.Seconds(), (until - c.outageEnd()).Seconds())
+	}
+	return s
+}
+
+func parseMode(s string) (httptestutil.OutageMode, error) {
+	switch strings.ToLower(s) {
+	case "503":
+		return httptestutil.Outage503, nil
+	case "reset":
+		return httptestutil.OutageReset, nil
+	}
+	return 0, fmt.Errorf(`outage: -mode %q: want "503" or "reset"`, s)
+}
+
+func modeName(m httptestutil.OutageMode) string {
+	if m == httptestutil.OutageReset {
+		return "connections reset"
+	}
+	return "503 Service Unavailable"
+}
+
+// thousands formats n with commas: 12,345.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func pct(n, of int) string {
+	if of == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(of))
+}
+
+func ms(d time.Duration) string {
+	if d < 10*time.Millisecond {
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%dms", d.Milliseconds())
+}
