@@ -59,7 +59,7 @@ func mainErr(args []string, out io.Writer) error {
 	fs.DurationVar(&c.Deadline, "deadline", 2*time.Second, "each operation's deadline, every attempt and wait included")
 	fs.DurationVar(&c.Think, "think", 100*time.Millisecond, "pause between a client's operations (±20%)")
 	fs.DurationVar(&c.Backoff, "backoff", 100*time.Millisecond, "first wait of the fixed-backoff client, doubled at each retry")
-	fs.DurationVar(&c.Cooldown, "cooldown", 0, "sturdy's breaker cooldown; 0 keeps transport's default (30s)")
+	fs.DurationVar(&c.Cooldown, "cooldown", 0, "sturdy's breaker cooldown; 0 keeps transport.DefaultBreakerCooldown")
 	svg := fs.String("svg", "outage.svg", "where to write the chart")
 	readme := fs.Bool("readme", false, "also write the chart to docs/outage.svg (run from the repository root)")
 	fs.SetOutput(out)
