@@ -52,9 +52,9 @@ func mainErr(args []string, out io.Writer) error {
 	var c config
 	fs.IntVar(&c.Clients, "clients", 300, "client goroutines, each running operations in a loop")
 	fs.IntVar(&c.Instances, "instances", 10, "client processes the goroutines are spread over; each has its own http.Client (and, for sturdy, its own breaker and retry budget)")
-	fs.DurationVar(&c.Run, "run", 6*time.Second, "how long each kind of client runs")
-	fs.DurationVar(&c.OutageStart, "outage-start", 1500*time.Millisecond, "when the server goes down, from the start of a run")
-	fs.DurationVar(&c.Outage, "outage", 3*time.Second, "how long the server stays down")
+	fs.DurationVar(&c.Run, "run", 7*time.Second, "how long each kind of client runs")
+	fs.DurationVar(&c.OutageStart, "outage-start", time.Second, "when the server goes down, from the start of a run")
+	fs.DurationVar(&c.Outage, "outage", 2500*time.Millisecond, "how long the server stays down")
 	mode := fs.String("mode", "503", `how the server fails while down: "503" (Service Unavailable) or "reset" (connections dropped)`)
 	fs.DurationVar(&c.Deadline, "deadline", 2*time.Second, "each operation's deadline, every attempt and wait included")
 	fs.DurationVar(&c.Think, "think", 100*time.Millisecond, "pause between a client's operations (±20%)")
