@@ -64,6 +64,8 @@ type RetriableError interface {
 //
 //   - The caller's own cancellation ([context.Canceled]) is never retried.
 //   - An error that implements [RetriableError] decides for itself.
+//   - A request that net/http refuses to send ([CheckRequest]: a bad
+//     scheme, control characters in a header) is not retried.
 //   - A failed dial (the request surely never left) is retried for any
 //     method. TLS certificate errors are not retried. Other network errors,
 //     attempt timeouts included, are retried when the request is idempotent.
@@ -169,6 +171,9 @@ func classifyError(o Outcome) Decision {
 	}
 	if isCertError(err) {
 		return Decision{Reason: "tls certificate error"}
+	}
+	if o.Request != nil && CheckRequest(o.Request) != nil {
+		return Decision{Reason: "invalid request"}
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {

@@ -3,10 +3,12 @@ package policy
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"syscall"
 	"testing"
 	"time"
@@ -73,6 +75,7 @@ func TestDefaultClassifier(t *testing.T) {
 		{"error says yes", Outcome{Err: permanent{true}}, true, "error says retriable", 0},
 		{"certificate error", Outcome{Err: &net.OpError{Op: "remote error", Err: x509.UnknownAuthorityError{}}, Idempotent: true}, false, "tls certificate error", 0},
 		{"no response no error", Outcome{}, false, "no response", 0},
+		{"invalid request", Outcome{Request: &http.Request{Method: "GET", URL: &url.URL{Scheme: "ftp", Host: "x"}}, Err: errors.New(`unsupported protocol scheme "ftp"`), Idempotent: true}, false, "invalid request", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

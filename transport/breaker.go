@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/sturdyhttp/sturdy/policy"
 )
 
 // Defaults of [BreakerSettings], used where a field is zero.
@@ -371,8 +373,8 @@ func (b *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 // judge turns an outcome into what gobreaker is told: nil for a success,
 // errBreakerFailure or errBreakerExcluded.
 func (b *breakerTransport) judge(req *http.Request, resp *http.Response, err error) error {
-	if err != nil && (errors.Is(err, context.Canceled) || req.Context().Err() != nil) {
-		return errBreakerExcluded
+	if err != nil && (errors.Is(err, context.Canceled) || req.Context().Err() != nil || policy.CheckRequest(req) != nil) {
+		return errBreakerExcluded // says nothing about the host
 	}
 	if b.isFailure(resp, err) {
 		return errBreakerFailure
@@ -396,22 +398,10 @@ func (b *breakerTransport) CloseIdleConnections() { closeIdle(b.next) }
 // entry returns req's breaker, creating it on first use; nil when req
 // bypasses the breakers.
 func (b *breakerTransport) entry(req *http.Request) *breakerEntry {
-	var k breakerKey
-	var h uint64
-	if b.key != nil {
-		k.custom = b.key(req)
-		if k.custom == "" {
-			return nil
-		}
-		h = maphash.String(b.seed, k.custom)
-	} else {
-		if req.URL == nil {
-			return nil
-		}
-		k.scheme, k.host = req.URL.Scheme, req.URL.Host
-		h = maphash.String(b.seed, k.host)
+	sh, k, ok := b.shard(req)
+	if !ok {
+		return nil
 	}
-	sh := &b.shards[h%breakerShards]
 	sh.mu.RLock()
 	e := sh.m[k]
 	sh.mu.RUnlock()
@@ -419,6 +409,43 @@ func (b *breakerTransport) entry(req *http.Request) *breakerEntry {
 		return e
 	}
 	return b.create(sh, k)
+}
+
+// shard returns req's key and the shard that holds its breaker; false
+// when req bypasses the breakers.
+func (b *breakerTransport) shard(req *http.Request) (*breakerShard, breakerKey, bool) {
+	var k breakerKey
+	var h uint64
+	if b.key != nil {
+		k.custom = b.key(req)
+		if k.custom == "" {
+			return nil, k, false
+		}
+		h = maphash.String(b.seed, k.custom)
+	} else {
+		if req.URL == nil {
+			return nil, k, false
+		}
+		k.scheme, k.host = req.URL.Scheme, req.URL.Host
+		h = maphash.String(b.seed, k.host)
+	}
+	return &b.shards[h%breakerShards], k, true
+}
+
+// refuses reports whether req's breaker will still be open at the time
+// at, so that [Retry] does not wait only to be refused.
+func (b *breakerTransport) refuses(req *http.Request, at time.Time) error {
+	sh, k, ok := b.shard(req)
+	if !ok {
+		return nil
+	}
+	sh.mu.RLock()
+	e := sh.m[k]
+	sh.mu.RUnlock()
+	if e == nil || !e.open(at.Sub(b.epoch)) {
+		return refusal(b.next, req, at)
+	}
+	return b.refusal(e, gobreaker.ErrOpenState)
 }
 
 func (b *breakerTransport) create(sh *breakerShard, k breakerKey) *breakerEntry {

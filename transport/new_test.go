@@ -283,15 +283,29 @@ func TestNewErrorsKeepTheirCause(t *testing.T) {
 			env := newFakeEnv(t, rec)
 			c := newStack(env, Options{Breaker: BreakerSettings{ConsecutiveFailures: 2}, Disable: LayerRetryBudget})
 			start := time.Now()
-			_, err := c.Get(env.url) // 500, 500, then the breaker opens
+			// 500, then 500 opens the breaker: Retry does not wait for a
+			// third attempt that would be refused, it hands back the 500.
+			resp, err := c.Get(env.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+			if got, want := resp.StatusCode, 500; got != want {
+				t.Errorf("status = %d, want %d", got, want)
+			}
+			rec.WantCount(t, 2)
+			if got, want := time.Since(start), time.Second; got != want {
+				t.Errorf("took %v, want %v (one backoff, no wait for a refused attempt)", got, want)
+			}
+			// The next operation fails fast, not sent, and is not retried.
+			start = time.Now()
+			_, err = c.Get(env.url)
 			if !errors.Is(err, ErrCircuitOpen) {
 				t.Fatalf("err = %v, want ErrCircuitOpen", err)
 			}
 			rec.WantCount(t, 2)
-			// Two backoffs: the second 500 opens the breaker, and the third
-			// attempt fails fast without reaching the server.
-			if got, want := time.Since(start), 2*time.Second; got != want {
-				t.Errorf("took %v, want %v", got, want)
+			if got := time.Since(start); got != 0 {
+				t.Errorf("fast failure took %v, want 0", got)
 			}
 		})
 	})

@@ -34,7 +34,8 @@ const drainLimit = 256 << 10
 //
 // Waits draw on the request context's deadline: when the next wait could
 // not end before the deadline, Retry stops at once and returns what it
-// has, rather than waiting only to fail. Waits end at once when the
+// has, rather than waiting only to fail. It does the same when a [Breaker]
+// beneath it will still be open when the wait ends. Waits end at once when the
 // context is canceled. A failed attempt's response body is drained (up to
 // 256 KiB) and closed before the wait, so its connection is reused; a
 // problem body (RFC 9457) is read up to p.MaxProblemBody to learn whether
@@ -196,6 +197,9 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if dl, ok := ctx.Deadline(); ok && !now.Add(wait).Before(dl) {
 			return t.giveUp(req, n, resp, err, d.Reason+", wait "+wait.String()+" exceeds deadline")
+		}
+		if rerr := refusal(t.next, r, now.Add(wait)); rerr != nil {
+			return t.giveUp(req, n, resp, err, d.Reason+", next attempt would be refused: "+rerr.Error())
 		}
 		if c.budget != nil && !c.budget.Retry(req.URL.Host, now) {
 			return t.giveUp(req, n, resp, err, d.Reason+", retry budget exhausted")
