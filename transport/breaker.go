@@ -41,10 +41,11 @@ var ErrCircuitOpen = errors.New("transport: circuit open")
 // healthy and answering (a rate limit is handled by [RateLimitAware]). A
 // request that ends because the caller canceled it, or because the
 // caller's own deadline (the request context's) passed, counts neither as
-// a failure nor as a success: it says nothing about the host. So that a
-// host that hangs still counts as failing, bound each attempt beneath the
-// breaker with [Deadline], as [New] does with AttemptTimeout: an attempt
-// timeout is a failure.
+// a failure nor as a success: it says nothing about the host. A request
+// that ran out of the time of a [Deadline] layer (a [*DeadlineError]), as
+// [New]'s Timeout and AttemptTimeout are, is a failure: the host did not
+// answer within what the stack allows it, so a host that hangs opens its
+// breaker.
 type BreakerSettings struct {
 	// ConsecutiveFailures opens the breaker after this many failures in a
 	// row. Zero means [DefaultBreakerFailures] (5), unless FailureRatio is
@@ -373,13 +374,25 @@ func (b *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 // judge turns an outcome into what gobreaker is told: nil for a success,
 // errBreakerFailure or errBreakerExcluded.
 func (b *breakerTransport) judge(req *http.Request, resp *http.Response, err error) error {
-	if err != nil && (errors.Is(err, context.Canceled) || req.Context().Err() != nil || policy.CheckRequest(req) != nil) {
+	if err != nil && (errors.Is(err, context.Canceled) || callerEnded(req.Context()) || policy.CheckRequest(req) != nil) {
 		return errBreakerExcluded // says nothing about the host
 	}
 	if b.isFailure(resp, err) {
 		return errBreakerFailure
 	}
 	return nil
+}
+
+// callerEnded reports whether ctx ended for a reason of the caller's: it
+// was canceled, or a deadline other than a [Deadline] layer's passed. A
+// request that ran out of a Deadline's time counts against its host: the
+// host did not answer within what the stack allows it.
+func callerEnded(ctx context.Context) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	var de *DeadlineError
+	return !errors.As(context.Cause(ctx), &de)
 }
 
 func (b *breakerTransport) refusal(e *breakerEntry, err error) *CircuitOpenError {

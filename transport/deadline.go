@@ -21,6 +21,9 @@ import (
 // attempt that runs out of its own time ends in [context.DeadlineExceeded]
 // and is retried while the total budget remains.
 //
+// When the deadline passes, the error is a [*DeadlineError] that says
+// which limit ran out; errors.Is(err, context.DeadlineExceeded) holds.
+//
 // A d of zero or less means no deadline: the middleware passes requests
 // through.
 func Deadline(d time.Duration) Middleware {
@@ -28,13 +31,34 @@ func Deadline(d time.Duration) Middleware {
 		if d <= 0 {
 			return next
 		}
-		return &deadline{next: next, d: d}
+		return &deadline{next: next, d: d, cause: &DeadlineError{Limit: d}}
 	}
 }
 
+// DeadlineError is the cause of a request context that [Deadline] ended:
+// net/http returns it when the request runs out of time, and
+// [context.Cause] gives it. It matches [context.DeadlineExceeded] with
+// errors.Is, and its Timeout method reports true. A [Breaker] counts a
+// request that ran out of a Deadline's time as a failure of its host,
+// unlike one that ran out of the caller's own deadline.
+type DeadlineError struct {
+	Limit time.Duration // the Deadline that ran out
+}
+
+func (e *DeadlineError) Error() string {
+	return "transport: deadline of " + e.Limit.String() + " exceeded"
+}
+
+// Is reports whether target is [context.DeadlineExceeded].
+func (e *DeadlineError) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// Timeout reports true: the request timed out.
+func (e *DeadlineError) Timeout() bool { return true }
+
 type deadline struct {
-	next http.RoundTripper
-	d    time.Duration
+	next  http.RoundTripper
+	d     time.Duration
+	cause *DeadlineError
 }
 
 func (t *deadline) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -42,7 +66,7 @@ func (t *deadline) RoundTrip(req *http.Request) (*http.Response, error) {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= t.d {
 		return t.next.RoundTrip(req)
 	}
-	ctx, cancel := context.WithTimeout(ctx, t.d)
+	ctx, cancel := context.WithTimeoutCause(ctx, t.d, t.cause)
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))
 	return releaseWithBody(resp, err, cancel)
 }

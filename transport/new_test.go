@@ -494,3 +494,63 @@ func TestNewHooksBreakerAndRateLimit(t *testing.T) {
 		}
 	})
 }
+
+// A host that hangs opens its breaker through New's defaults: running out
+// of the stack's own Timeout counts against the host, running out of the
+// caller's deadline does not.
+func TestNewHangOpensBreaker(t *testing.T) {
+	tests := []struct {
+		name       string
+		callerDL   time.Duration // 0: none
+		wantOpened bool
+	}{
+		{"stack's timeout", 0, true},
+		{"caller's deadline", 3 * time.Second, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := httptestutil.NewRecorder(httptestutil.Hang())
+				env := newFakeEnv(t, rec)
+				c := newStack(env, Options{Timeout: 5 * time.Second, Breaker: BreakerSettings{ConsecutiveFailures: 2}})
+				var err error
+				for range 3 {
+					ctx := context.Background()
+					if tt.callerDL > 0 {
+						var cancel context.CancelFunc
+						ctx, cancel = context.WithTimeout(ctx, tt.callerDL)
+						defer cancel()
+					}
+					req, _ := http.NewRequestWithContext(ctx, "GET", env.url, nil)
+					_, err = c.Do(req)
+					if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrCircuitOpen) {
+						t.Fatalf("err = %v, want a deadline or an open circuit", err)
+					}
+				}
+				if got := errors.Is(err, ErrCircuitOpen); got != tt.wantOpened {
+					t.Errorf("third operation: %v; breaker open = %v, want %v", err, got, tt.wantOpened)
+				}
+				if tt.wantOpened {
+					rec.WantCount(t, 2)
+				}
+			})
+		})
+	}
+}
+
+func TestDeadlineErrorSaysWhichLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := newFakeEnv(t, httptestutil.Hang())
+		_, err := (&http.Client{Transport: Chain(env.base, Deadline(7*time.Second))}).Get(env.url)
+		var de *DeadlineError
+		if !errors.As(err, &de) || de.Limit != 7*time.Second {
+			t.Fatalf("err = %v, want a *DeadlineError of 7s", err)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("errors.Is(%v, context.DeadlineExceeded) = false", err)
+		}
+		if !strings.Contains(err.Error(), "transport: deadline of 7s exceeded") {
+			t.Errorf("err = %q, want it to name the limit", err)
+		}
+	})
+}

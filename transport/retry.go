@@ -164,7 +164,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil // success: the fast path
 		}
 		if ctx.Err() != nil {
-			return t.giveUp(req, n, resp, err, "canceled")
+			return t.giveUp(req, n, resp, err, context.Cause(ctx).Error())
 		}
 		var problem *policy.Problem
 		if err == nil {
@@ -218,7 +218,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			if next.Body != nil {
 				next.Body.Close()
 			}
-			return t.giveUp(req, n, nil, serr, "canceled")
+			return t.giveUp(req, n, nil, serr, serr.Error())
 		}
 		r, prev = next, wait
 	}
@@ -250,7 +250,7 @@ func status(resp *http.Response) int {
 // sleep waits for d or until ctx is done, whichever comes first.
 func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
-		return ctx.Err()
+		return context.Cause(ctx)
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -258,7 +258,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-timer.C:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return context.Cause(ctx)
 	}
 }
 
