@@ -19,7 +19,8 @@ import (
 // Defaults of [BreakerSettings], used where a field is zero.
 const (
 	DefaultBreakerFailures    = 5
-	DefaultBreakerCooldown    = 5 * time.Second
+	DefaultBreakerCooldown    = time.Second
+	DefaultBreakerMaxCooldown = 30 * time.Second
 	DefaultBreakerMinRequests = 20
 	DefaultBreakerWindow      = 60 * time.Second
 	DefaultBreakerMaxHosts    = 10000
@@ -33,8 +34,9 @@ const (
 var ErrCircuitOpen = errors.New("transport: circuit open")
 
 // BreakerSettings configures [Breaker]. The zero value is ready to use: it
-// opens a host's breaker after 5 failures in a row, keeps it open for 5s,
-// then lets 1 probe through.
+// opens a host's breaker after 5 failures in a row, keeps it open for 1s,
+// then lets 1 probe through; each failed probe doubles the open period, up
+// to 30s, and a success closes the breaker.
 //
 // A failure is what IsFailure says; by default a transport error or a 5xx
 // response. A 4xx response, 429 included, is not a failure: the host is
@@ -52,12 +54,19 @@ type BreakerSettings struct {
 	// set: then zero means the breaker trips on the ratio alone.
 	ConsecutiveFailures uint32
 
-	// Cooldown is how long an open breaker refuses requests before it
-	// turns half-open and lets probes through. Zero or negative means
-	// [DefaultBreakerCooldown] (5s): long enough to spare a host that
-	// is down, short enough that callers see its recovery within seconds
-	// (a probe every 5s per client is no load).
+	// Cooldown is how long a breaker that opens refuses requests before
+	// it turns half-open and lets probes through. When a probe fails, the
+	// breaker opens again for twice as long as the last time, up to
+	// MaxCooldown; when the probes succeed, it closes and the next opening
+	// starts from Cooldown again. So callers see a short outage end within
+	// about a second, while a host that stays down gets ever rarer
+	// probes. Zero or negative means [DefaultBreakerCooldown] (1s).
 	Cooldown time.Duration
+
+	// MaxCooldown is the longest a breaker stays open. Zero or negative
+	// means [DefaultBreakerMaxCooldown] (30s), or Cooldown if that is
+	// longer; set it to Cooldown for a fixed open period.
+	MaxCooldown time.Duration
 
 	// HalfOpenRequests is how many probes a half-open breaker lets
 	// through. When all of them succeed the breaker closes; the first
@@ -249,6 +258,7 @@ type breakerEntry struct {
 	used      atomic.Bool  // set on use, cleared by each sweep
 	state     atomic.Int32 // BreakerState, as of the last transition
 	openUntil atomic.Int64 // time.Duration since breakerTransport.epoch
+	strikes   atomic.Int32 // openings since the breaker last closed, the first one not counted
 }
 
 type breakerTransport struct {
@@ -260,6 +270,7 @@ type breakerTransport struct {
 	ratio       float64
 	minRequests uint32
 	cooldown    time.Duration
+	maxCooldown time.Duration
 	halfOpen    uint32
 	window      time.Duration
 	maxHosts    int64
@@ -288,6 +299,7 @@ func newBreakerTransport(s BreakerSettings, next http.RoundTripper) *breakerTran
 		ratio:       s.FailureRatio,
 		minRequests: s.MinRequests,
 		cooldown:    s.Cooldown,
+		maxCooldown: s.MaxCooldown,
 		halfOpen:    s.HalfOpenRequests,
 		window:      s.Window,
 		maxHosts:    int64(s.MaxHosts),
@@ -310,6 +322,10 @@ func newBreakerTransport(s BreakerSettings, next http.RoundTripper) *breakerTran
 	if b.cooldown <= 0 {
 		b.cooldown = DefaultBreakerCooldown
 	}
+	if b.maxCooldown <= 0 {
+		b.maxCooldown = max(DefaultBreakerMaxCooldown, b.cooldown)
+	}
+	b.maxCooldown = max(b.maxCooldown, b.cooldown)
 	if b.halfOpen == 0 {
 		b.halfOpen = 1
 	}
@@ -349,6 +365,15 @@ func (b *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	if !e.used.Load() {
 		e.used.Store(true)
+	}
+	// An open breaker refuses here, until its own open period ends; then
+	// gobreaker, whose timeout is the shorter Cooldown, lets probes
+	// through. This also spares refused requests gobreaker's lock.
+	if BreakerState(e.state.Load()) == BreakerOpen && e.open(time.Since(b.epoch)) {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, b.refusal(e, gobreaker.ErrOpenState)
 	}
 	var (
 		sent bool
@@ -500,13 +525,32 @@ func (b *breakerTransport) create(sh *breakerShard, k breakerKey) *breakerEntry 
 
 // changed runs under the gobreaker's lock on every state change.
 func (b *breakerTransport) changed(e *breakerEntry, from, to BreakerState) {
-	if to == BreakerOpen {
-		e.openUntil.Store(int64(time.Since(b.epoch) + b.cooldown))
+	switch to {
+	case BreakerOpen:
+		var k int32
+		if from == BreakerHalfOpen { // a probe failed
+			k = e.strikes.Add(1)
+		} else {
+			e.strikes.Store(0)
+		}
+		e.openUntil.Store(int64(time.Since(b.epoch) + b.openFor(k)))
+	case BreakerClosed:
+		e.strikes.Store(0)
 	}
 	e.state.Store(int32(to))
 	if b.onChange != nil {
 		b.onChange(e.name, from, to)
 	}
+}
+
+// openFor is how long a breaker stays open after k failed probes in a
+// row: Cooldown doubled k times, at most MaxCooldown.
+func (b *breakerTransport) openFor(k int32) time.Duration {
+	d := b.cooldown
+	for ; k > 0 && d < b.maxCooldown; k-- {
+		d *= 2
+	}
+	return min(d, b.maxCooldown)
 }
 
 // maybeSweep drops idle breakers when IdleTimeout has passed since the
@@ -563,5 +607,5 @@ func (b *breakerTransport) maybeSweep() {
 // open reports whether e is open and its open period has not passed:
 // forgetting it would send requests to a host known to be failing.
 func (e *breakerEntry) open(now time.Duration) bool {
-	return BreakerState(e.state.Load()) == BreakerOpen && now < time.Duration(e.openUntil.Load())
+	return BreakerState(e.state.Load()) == BreakerOpen && now <= time.Duration(e.openUntil.Load()) // as gobreaker: open until past its expiry
 }

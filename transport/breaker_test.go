@@ -410,8 +410,8 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 		if !errors.As(err, &ce) || ce.State != BreakerOpen {
 			t.Fatalf("after a failed probe: err = %v, want an open refusal", err)
 		}
-		if got, want := ce.RetryIn, 10*time.Second; got != want {
-			t.Errorf("RetryIn after reopening = %v, want %v (a new full cooldown)", got, want)
+		if got, want := ce.RetryIn, 20*time.Second; got != want {
+			t.Errorf("RetryIn after reopening = %v, want %v (twice the cooldown)", got, want)
 		}
 		if got, want := host.hits.Load(), int64(2); got != want {
 			t.Errorf("host hits = %d, want %d", got, want)
@@ -1054,4 +1054,59 @@ func TestBreakerNotRetried(t *testing.T) {
 			t.Errorf("host hits = %d, want %d", got, want)
 		}
 	})
+}
+
+// Each failed probe doubles the open period up to MaxCooldown; a success
+// starts again from Cooldown.
+func TestBreakerCooldownBackoff(t *testing.T) {
+	tests := []struct {
+		name        string
+		cooldown    time.Duration
+		maxCooldown time.Duration
+		want        []time.Duration // open periods after each failed probe, the first opening included
+	}{
+		{"defaults", 0, 0, []time.Duration{1 * time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}},
+		{"capped", 10 * time.Second, 25 * time.Second, []time.Duration{10 * time.Second, 20 * time.Second, 25 * time.Second, 25 * time.Second}},
+		{"fixed", 5 * time.Second, 5 * time.Second, []time.Duration{5 * time.Second, 5 * time.Second, 5 * time.Second}},
+		{"cooldown above the default max", time.Minute, 0, []time.Duration{time.Minute, time.Minute}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				host := &breakerHost{}
+				host.status.Store(503)
+				rt := Breaker(BreakerSettings{ConsecutiveFailures: 1, Cooldown: tt.cooldown, MaxCooldown: tt.maxCooldown})(host)
+				const url = "http://api.test/"
+				breakerSend(t, rt, url) // opens
+				for i, want := range tt.want {
+					_, err := breakerSend(t, rt, url)
+					var ce *CircuitOpenError
+					if !errors.As(err, &ce) {
+						t.Fatalf("step %d: err = %v, want a refusal", i, err)
+					}
+					if ce.RetryIn != want {
+						t.Errorf("step %d: open for %v, want %v", i, ce.RetryIn, want)
+					}
+					time.Sleep(ce.RetryIn + time.Millisecond)
+					breakerSend(t, rt, url) // the probe fails: open again
+				}
+				// Recovery: the probe succeeds, the breaker closes, and the
+				// next opening starts from Cooldown again.
+				_, err := breakerSend(t, rt, url)
+				var ce *CircuitOpenError
+				errors.As(err, &ce)
+				time.Sleep(ce.RetryIn + time.Millisecond)
+				host.status.Store(200)
+				if code, err := breakerSend(t, rt, url); code != 200 {
+					t.Fatalf("probe after recovery = %d, %v; want 200", code, err)
+				}
+				host.status.Store(503)
+				breakerSend(t, rt, url)
+				_, err = breakerSend(t, rt, url)
+				if !errors.As(err, &ce) || ce.RetryIn != tt.want[0] {
+					t.Errorf("after closing and opening again: %v, want open for %v", err, tt.want[0])
+				}
+			})
+		})
+	}
 }

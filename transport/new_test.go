@@ -281,7 +281,7 @@ func TestNewErrorsKeepTheirCause(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			rec := httptestutil.NewRecorder(httptestutil.Status(500, "").Forever())
 			env := newFakeEnv(t, rec)
-			c := newStack(env, Options{Breaker: BreakerSettings{ConsecutiveFailures: 2}, Disable: LayerRetryBudget})
+			c := newStack(env, Options{Breaker: BreakerSettings{ConsecutiveFailures: 2, Cooldown: time.Minute}, Disable: LayerRetryBudget})
 			start := time.Now()
 			// 500, then 500 opens the breaker: Retry does not wait for a
 			// third attempt that would be refused, it hands back the 500.

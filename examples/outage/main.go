@@ -207,8 +207,7 @@ func printTable(out io.Writer, c config, sums []summary) {
 	fmt.Fprintln(out)
 }
 
-// breakerNote says what sturdy's breakers did, and when the ones still
-// open will let requests through again.
+// breakerNote says what sturdy's breakers did.
 func breakerNote(c config, b breakerStats) string {
 	if b.opens == 0 {
 		return "sturdy's breakers never opened."
@@ -217,16 +216,15 @@ func breakerNote(c config, b breakerStats) string {
 	if cooldown == 0 {
 		cooldown, which = transport.DefaultBreakerCooldown, "the default"
 	}
-	s := fmt.Sprintf("sturdy's breakers (one per client process) opened %d times, first at %.2fs; each stays open for its cooldown (%v, %s).",
+	s := fmt.Sprintf("sturdy's breakers (one per client process) opened %d times, first at %.2fs: open for %v (%s), then one probe;\n"+
+		"each failed probe reopens a breaker for twice as long.",
 		b.opens, b.firstOpen.Seconds(), cooldown, which)
 	if b.closes > 0 {
 		s += fmt.Sprintf("\nThey closed again %d times, the last at %.2fs, %.2fs after the server came back.",
 			b.closes, b.lastClose.Seconds(), (b.lastClose - c.outageEnd()).Seconds())
 	}
 	if b.openAtEnd > 0 {
-		until := b.lastOpen + cooldown
-		s += fmt.Sprintf("\n%d were still open when the run ended: their clients fail fast, sending nothing, until about %.1fs,\n%.1fs after the server came back (raise -run to see it).",
-			b.openAtEnd, until.Seconds(), (until - c.outageEnd()).Seconds())
+		s += fmt.Sprintf("\n%d were still open when the run ended: their clients fail fast, sending nothing (raise -run to see them close).", b.openAtEnd)
 	}
 	return s
 }
