@@ -43,12 +43,32 @@ func (t *idemKey) RoundTrip(req *http.Request) (*http.Response, error) {
 		key = t.newKey()
 	}
 	r := *req // a shallow copy with its own header map: req stays untouched
-	r.Header = req.Header.Clone()
-	if r.Header == nil {
-		r.Header = make(http.Header, 1)
-	}
-	r.Header[t.header] = []string{key}
+	r.Header = cloneWith(req.Header, t.header, key)
 	return t.next.RoundTrip(&r)
+}
+
+// cloneWith returns a copy of h with name set to value, in two
+// allocations: the map, sized for the new entry, and one array for all
+// the values, as [http.Header.Clone] does.
+func cloneWith(h http.Header, name, value string) http.Header {
+	n := 1
+	for _, vv := range h {
+		n += len(vv)
+	}
+	sv := make([]string, n)
+	h2 := make(http.Header, len(h)+1)
+	for k, vv := range h {
+		if vv == nil {
+			h2[k] = nil // as Clone: nil and empty are not the same to net/http
+			continue
+		}
+		n := copy(sv, vv)
+		h2[k] = sv[:n:n]
+		sv = sv[n:]
+	}
+	sv[0] = value
+	h2[name] = sv[:1:1]
+	return h2
 }
 
 func (t *idemKey) CloseIdleConnections() { closeIdle(t.next) }
