@@ -18,6 +18,10 @@ const (
 	// DefaultMaxIdleConnsPerHost is how many idle connections per host the
 	// default base keeps.
 	DefaultMaxIdleConnsPerHost = 100
+	// DefaultMaxResponseHeaderBytes bounds the response headers the
+	// default base accepts (net/http's own default is 10 MiB, and parsing
+	// costs several times the header's size in memory).
+	DefaultMaxResponseHeaderBytes = 1 << 20
 )
 
 // Layer names one layer of the stack that [New] builds, to switch it off
@@ -43,7 +47,8 @@ type Options struct {
 	// state) that keeps up to [DefaultMaxIdleConnsPerHost] idle
 	// connections per host instead of cleanhttp's GOMAXPROCS+1, so that
 	// many goroutines calling one API reuse connections rather than dial
-	// again and again.
+	// again and again, and accepts at most
+	// [DefaultMaxResponseHeaderBytes] of response headers.
 	Base http.RoundTripper
 
 	// Timeout bounds a whole operation: every attempt, every wait between
@@ -125,6 +130,7 @@ func New(o Options) http.RoundTripper {
 	if base == nil {
 		t := cleanhttp.DefaultPooledTransport()
 		t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+		t.MaxResponseHeaderBytes = DefaultMaxResponseHeaderBytes
 		base = t
 	}
 	on := func(l Layer) bool { return o.Disable&l == 0 }

@@ -554,3 +554,27 @@ func TestDeadlineErrorSaysWhichLimit(t *testing.T) {
 		}
 	})
 }
+
+// The default base refuses response headers over 1 MiB, over loopback.
+func TestNewDefaultBaseBoundsHeaders(t *testing.T) {
+	big := strings.Repeat("h", 2<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			w.Header().Set("X-Big", big)
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	c := &http.Client{Transport: New(Options{Retry: policy.Retry{MaxAttempts: 1}})}
+	defer c.CloseIdleConnections()
+	if _, err := c.Get(srv.URL + "/big"); err == nil || !strings.Contains(err.Error(), "header") {
+		t.Errorf("2 MiB of headers: err = %v, want the transport to refuse them", err)
+	}
+	resp, err := c.Get(srv.URL + "/small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, resp); got != "ok" {
+		t.Errorf("body = %q, want ok", got)
+	}
+}
