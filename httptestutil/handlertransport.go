@@ -137,9 +137,15 @@ func serverRequest(req *http.Request, ctx context.Context) (*http.Request, error
 	s.RemoteAddr = "client:1"
 	s.GetBody = nil
 	s.Close = false
-	if s.Body == nil {
+	switch {
+	case s.Body == nil || s.Body == http.NoBody:
 		s.Body = http.NoBody
 		s.ContentLength = 0
+	case s.ContentLength <= 0:
+		// A client body of unknown length (ContentLength 0 or -1 with a
+		// Body) goes chunked, and a server reads its length as unknown.
+		s.ContentLength = -1
+		s.TransferEncoding = []string{"chunked"}
 	}
 	if s.Header == nil {
 		s.Header = make(http.Header)

@@ -311,3 +311,41 @@ func TestHandlerTransportCanceledBeforeSend(t *testing.T) {
 		t.Errorf("request body not closed, want closed")
 	}
 }
+
+// TestHandlerTransportBodyLength checks that the handler sees a request
+// body's length as a server reads it off the wire: a client body of
+// unknown length (ContentLength 0 with a Body) is sent chunked, so the
+// server sees -1, not 0 with bytes after it.
+func TestHandlerTransportBodyLength(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		body   func() io.Reader
+		wantCL int64
+		want   string
+	}{
+		{"unknown length", func() io.Reader { return io.MultiReader(strings.NewReader("payload")) }, -1, "payload"},
+		{"known length", func() io.Reader { return strings.NewReader("payload") }, 7, "payload"},
+		{"no body", func() io.Reader { return nil }, 0, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var gotCL int64
+				var gotBody []byte
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					gotCL = r.ContentLength
+					gotBody, _ = io.ReadAll(r.Body)
+				})
+				req, _ := http.NewRequest("POST", "http://api.test/", tt.body())
+				resp, err := (&http.Client{Transport: NewHandlerTransport(h)}).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				synctest.Wait()
+				if gotCL != tt.wantCL || string(gotBody) != tt.want {
+					t.Errorf("server saw ContentLength %d body %q, want %d %q", gotCL, gotBody, tt.wantCL, tt.want)
+				}
+			})
+		})
+	}
+}

@@ -304,7 +304,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		r2.Body = http.NoBody
 	}
-	rec := &recorder{w: w, limit: h.maxResp}
+	rec := &recorder{w: w, limit: h.maxResp, sniffLen: -1}
 	ctx := context.WithoutCancel(r.Context())
 	finished := false
 	defer func() {

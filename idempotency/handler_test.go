@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -902,3 +903,85 @@ type discard struct {
 func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) WriteHeader(code int)        { d.status = code }
 func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestHandlerReplayContentTypeAsSent checks that a replay carries the
+// Content-Type the first response carried on the wire, also where net/http
+// sniffs none: a Content-Encoding is set, or the header was flushed before
+// any body was written.
+func TestHandlerReplayContentTypeAsSent(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		h    http.HandlerFunc
+	}{
+		{"content-encoding", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Write([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff})
+		}},
+		{"flush-first", func(w http.ResponseWriter, r *http.Request) {
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "<html><body>charged</body></html>")
+		}},
+		{"flush-after-short-write", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "abc") // text, but the whole body is binary
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "\x00\x01\x02")
+		}},
+		{"sniffed", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "<html><body>charged</body></html>")
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := httptestutil.NewNetwork()
+			srv := n.Serve("api.test", Handler(tt.h, HandlerOptions{}))
+			defer srv.Close()
+			tr := n.Transport()
+			tr.DisableCompression = true
+			defer tr.CloseIdleConnections()
+			c := &http.Client{Transport: tr}
+			post := func() *http.Response {
+				t.Helper()
+				r, _ := http.NewRequest("POST", srv.URL+"/charges", strings.NewReader("x"))
+				r.Header.Set("Idempotency-Key", "k")
+				resp, err := c.Do(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp
+			}
+			first, replay := post(), post()
+			if replay.Header.Get(ReplayedHeader) != "true" {
+				t.Fatalf("second response not a replay")
+			}
+			if got, want := replay.Header.Values("Content-Type"), first.Header.Values("Content-Type"); !slices.Equal(got, want) {
+				t.Errorf("replay Content-Type = %q, want %q as first sent", got, want)
+			}
+		})
+	}
+}
+
+// TestHandlerFailedHijackStored checks that a handler whose Hijack fails
+// (HTTP/2, or a ResponseWriter without it) and that then answers normally
+// has its response stored and replayed.
+func TestHandlerFailedHijackStored(t *testing.T) {
+	var runs atomic.Int64
+	h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		if _, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			t.Errorf("Hijack on a ResponseRecorder succeeded")
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "created")
+	}), HandlerOptions{})
+	first := serve(h, keyed("k", "x"))
+	second := serve(h, keyed("k", "x"))
+	if got, want := fmt.Sprintf("%d %q, %d %q", first.Code, first.Body, second.Code, second.Body),
+		`201 "created", 201 "created"`; got != want {
+		t.Errorf("answers = %s, want %s", got, want)
+	}
+	if got, want := runs.Load(), int64(1); got != want {
+		t.Errorf("handler runs = %d, want %d", got, want)
+	}
+}

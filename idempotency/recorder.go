@@ -24,6 +24,9 @@ type recorder struct {
 	body     []byte
 	over     bool // the body passed limit, so it is not kept
 	hijacked bool
+	// sniffLen is len(body) when a flush sent the header: net/http sniffs
+	// a Content-Type from those bytes only. -1 when no flush came first.
+	sniffLen int
 }
 
 func (c *recorder) Header() http.Header { return c.w.Header() }
@@ -63,7 +66,11 @@ func (c *recorder) FlushError() error {
 	if c.status == 0 {
 		c.WriteHeader(http.StatusOK)
 	}
-	return http.NewResponseController(c.w).Flush()
+	err := http.NewResponseController(c.w).Flush()
+	if err == nil && c.sniffLen < 0 {
+		c.sniffLen = len(c.body)
+	}
+	return err
 }
 
 // Flush implements [http.Flusher].
@@ -71,8 +78,11 @@ func (c *recorder) Flush() { c.FlushError() }
 
 // Hijack implements [http.Hijacker]. A hijacked response is not stored.
 func (c *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	c.hijacked = true
-	return http.NewResponseController(c.w).Hijack()
+	conn, rw, err := http.NewResponseController(c.w).Hijack()
+	if err == nil {
+		c.hijacked = true
+	}
+	return conn, rw, err
 }
 
 // Unwrap returns the client's ResponseWriter, for [http.ResponseController].
@@ -94,9 +104,20 @@ func (c *recorder) result() (*StoredResponse, bool) {
 	}
 	h := c.header
 	// Store the Content-Type net/http sniffs when the handler sets none,
-	// under the same conditions (net/http's chunkWriter.writeHeader).
-	if _, ok := h["Content-Type"]; !ok && len(c.body) > 0 && bodyAllowed(c.status) && c.w.Header().Get("Transfer-Encoding") == "" {
-		h["Content-Type"] = []string{http.DetectContentType(c.body)}
+	// under the same conditions and from the same bytes, those it had
+	// when it sent the header (net/http's chunkWriter.writeHeader).
+	sniff := c.body
+	if c.sniffLen >= 0 {
+		sniff = c.body[:c.sniffLen]
+	}
+	_, ok := h["Content-Type"]
+	if !ok && len(sniff) > 0 && bodyAllowed(c.status) &&
+		c.w.Header().Get("Transfer-Encoding") == "" && h.Get("Content-Encoding") == "" {
+		h["Content-Type"] = []string{http.DetectContentType(sniff)}
+	} else if !ok && len(sniff) == 0 && len(c.body) > 0 {
+		// Flushed before the body: net/http sent no Content-Type. A
+		// present but empty value keeps the replay from sniffing one.
+		h["Content-Type"] = nil
 	}
 	if _, ok := h["Content-Length"]; !ok && bodyAllowed(c.status) {
 		h["Content-Length"] = []string{strconv.Itoa(len(c.body))}
