@@ -102,7 +102,10 @@ func DecorrelatedJitter(base, max time.Duration) Backoff {
 			hi = 3 * p
 		}
 		// hi > base: p >= base > 0, so 3p > p >= base, and a saturated
-		// hi is MaxInt64 > base.
+		// hi is MaxInt64, above base unless base is MaxInt64 itself.
+		if hi <= base {
+			return min(base, max)
+		}
 		w := base + rand.N(hi-base)
 		return min(w, max)
 	}

@@ -125,6 +125,8 @@ func TestCurvesStayInRange(t *testing.T) {
 		{policy.DefaultBackoffBase, policy.DefaultBackoffMax},
 		{1, maxDuration},               // no effective cap: overflow territory
 		{maxDuration / 2, maxDuration}, // doubling overflows at once
+		{maxDuration, maxDuration},     // base at the top: nothing to draw from
+		{maxDuration, time.Second},     // and a cap below it
 		{time.Second, 300 * ms},        // max below base
 		{1, 1},                         // smallest possible
 		{3, 7},                         // odd, tiny: integer halves

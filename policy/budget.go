@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,7 +98,9 @@ func (b *Budget) Retry(key string, now time.Time) bool {
 		ops += h.ops[j]
 		retries += h.retries[j]
 	}
-	if retries >= int64(floor)+int64(ratio*float64(ops)) {
+	// In float64: a huge Ratio or MinRetries must not overflow int64
+	// into a negative allowance.
+	if float64(retries) >= float64(floor)+math.Trunc(ratio*float64(ops)) {
 		return false
 	}
 	h.retries[i]++
@@ -105,7 +108,17 @@ func (b *Budget) Retry(key string, now time.Time) bool {
 }
 
 func (b *Budget) slot(now time.Time) int64 {
-	return now.UnixNano() / int64(b.window()/budgetSlots)
+	width := max(1, int64(b.window()/budgetSlots)) // a Window under 10ns still has slots
+	return now.UnixNano() / width
+}
+
+// ring is the index of slot s in the ring, for any s (before 1970 too).
+func ring(s int64) int {
+	i := s % budgetSlots
+	if i < 0 {
+		i += budgetSlots
+	}
+	return int(i)
 }
 
 // advance moves the ring to slot s, clearing the slots it passes, and
@@ -113,15 +126,15 @@ func (b *Budget) slot(now time.Time) int64 {
 func (h *budgetHost) advance(s int64) int {
 	if s > h.slot {
 		for k := h.slot + 1; k <= s && k <= h.slot+budgetSlots; k++ {
-			h.ops[k%budgetSlots] = 0
-			h.retries[k%budgetSlots] = 0
+			h.ops[ring(k)] = 0
+			h.retries[ring(k)] = 0
 		}
 		h.slot = s
 	}
 	if s < h.slot-budgetSlots+1 { // older than the window (a clock step back)
 		s = h.slot
 	}
-	return int(s % budgetSlots)
+	return ring(s)
 }
 
 func (b *Budget) host(key string, now time.Time) *budgetHost {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -138,4 +139,53 @@ func BenchmarkBudget(b *testing.B) {
 			bg.Request("api.example.com", now)
 		}
 	})
+}
+
+// A Window shorter than its ten slots (Window: 5, meant as seconds, is
+// 5ns) and a now before 1970 must not panic: Budget runs on every request.
+func TestBudgetOddInputs(t *testing.T) {
+	tests := []struct {
+		name string
+		b    *Budget
+		now  time.Time
+	}{
+		{"window 5ns", &Budget{Window: 5}, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{"window 1ns", &Budget{Window: 1}, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{"before 1970", &Budget{}, time.Date(1969, 12, 31, 23, 59, 58, 0, time.UTC)},
+		{"zero time", &Budget{}, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.b.Request("h", tt.now)
+			if !tt.b.Retry("h", tt.now) {
+				t.Errorf("Retry = false, want true (within MinRetries)")
+			}
+			tt.b.Request("h", tt.now.Add(time.Second))
+			tt.b.Retry("h", tt.now.Add(time.Second))
+		})
+	}
+}
+
+// Huge settings mean "retry freely", not "never": the allowance must not
+// overflow int64 into a negative one.
+func TestBudgetHugeSettings(t *testing.T) {
+	tests := []struct {
+		name string
+		b    *Budget
+	}{
+		{"Ratio +Inf", &Budget{Ratio: math.Inf(1), MinRetries: 1}},
+		{"Ratio 1e300", &Budget{Ratio: 1e300, MinRetries: 1}},
+		{"MinRetries MaxInt", &Budget{MinRetries: math.MaxInt}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			for i := range 100 {
+				tt.b.Request("h", now)
+				if !tt.b.Retry("h", now) {
+					t.Fatalf("retry %d refused, want every retry allowed", i+1)
+				}
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -70,7 +71,8 @@ type BreakerSettings struct {
 
 	// HalfOpenRequests is how many probes a half-open breaker lets
 	// through. When all of them succeed the breaker closes; the first
-	// that fails opens it again for another Cooldown. A probe canceled by
+	// that fails opens it again, for twice as long as the last time (see
+	// Cooldown). A probe canceled by
 	// its caller frees its place. Zero means 1.
 	HalfOpenRequests uint32
 
@@ -332,6 +334,9 @@ func newBreakerTransport(s BreakerSettings, next http.RoundTripper) *breakerTran
 	if b.window <= 0 {
 		b.window = DefaultBreakerWindow
 	}
+	// gobreaker rounds Window up to whole buckets (Window + Window/10):
+	// keep that from overflowing. Half of MaxInt64 is still 146 years.
+	b.window = min(b.window, math.MaxInt64/2)
 	if b.maxHosts <= 0 {
 		b.maxHosts = DefaultBreakerMaxHosts
 	}
@@ -369,7 +374,7 @@ func (b *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	// An open breaker refuses here, until its own open period ends; then
 	// gobreaker, whose timeout is the shorter Cooldown, lets probes
 	// through. This also spares refused requests gobreaker's lock.
-	if BreakerState(e.state.Load()) == BreakerOpen && e.open(time.Since(b.epoch)) {
+	if e.open(time.Since(b.epoch)) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
@@ -533,7 +538,12 @@ func (b *breakerTransport) changed(e *breakerEntry, from, to BreakerState) {
 		} else {
 			e.strikes.Store(0)
 		}
-		e.openUntil.Store(int64(time.Since(b.epoch) + b.openFor(k)))
+		now, d := time.Since(b.epoch), b.openFor(k)
+		until := now + d
+		if until < now { // a huge MaxCooldown: saturate rather than wrap
+			until = math.MaxInt64
+		}
+		e.openUntil.Store(int64(until))
 	case BreakerClosed:
 		e.strikes.Store(0)
 	}
@@ -548,6 +558,9 @@ func (b *breakerTransport) changed(e *breakerEntry, from, to BreakerState) {
 func (b *breakerTransport) openFor(k int32) time.Duration {
 	d := b.cooldown
 	for ; k > 0 && d < b.maxCooldown; k-- {
+		if d > b.maxCooldown/2 { // doubling would pass the cap, or overflow
+			return b.maxCooldown
+		}
 		d *= 2
 	}
 	return min(d, b.maxCooldown)
@@ -557,10 +570,12 @@ func (b *breakerTransport) openFor(k int32) time.Duration {
 // last sweep, or when the map is full. It is called only when a key is
 // added, so the hot path never pays for it.
 func (b *breakerTransport) maybeSweep() {
-	full := b.count.Load() >= b.maxHosts
-	now := time.Since(b.epoch)
 	b.sweepMu.Lock()
 	defer b.sweepMu.Unlock()
+	// Checked under the lock: a sweep that ran while we waited for it
+	// may have made room already.
+	full := b.count.Load() >= b.maxHosts
+	now := time.Since(b.epoch)
 	if !full && now-b.lastSweep < b.idle {
 		return
 	}
@@ -605,7 +620,10 @@ func (b *breakerTransport) maybeSweep() {
 }
 
 // open reports whether e is open and its open period has not passed:
-// forgetting it would send requests to a host known to be failing.
+// forgetting it would send requests to a host known to be failing. A
+// breaker that gobreaker turned half-open before the end of that period
+// (gobreaker's own timeout is the shorter Cooldown, and any late outcome
+// makes it check) is still open here: no probe goes out early.
 func (e *breakerEntry) open(now time.Duration) bool {
-	return BreakerState(e.state.Load()) == BreakerOpen && now <= time.Duration(e.openUntil.Load()) // as gobreaker: open until past its expiry
+	return BreakerState(e.state.Load()) != BreakerClosed && now <= time.Duration(e.openUntil.Load()) // as gobreaker: open until past its expiry
 }

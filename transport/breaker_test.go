@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -1107,6 +1108,144 @@ func TestBreakerCooldownBackoff(t *testing.T) {
 					t.Errorf("after closing and opening again: %v, want open for %v", err, tt.want[0])
 				}
 			})
+		})
+	}
+}
+
+// A breaker that reopens after a failed probe stays open for the doubled
+// period even when a request sent before it opened ends in the meantime:
+// that late outcome makes gobreaker (whose own timeout is Cooldown) turn
+// half-open, but no probe may go out before the doubled period has passed.
+func TestBreakerDoubledCooldownSurvivesStraggler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var sent atomic.Int32
+		base := Func(func(r *http.Request) (*http.Response, error) {
+			sent.Add(1)
+			if r.URL.Path == "/slow" {
+				<-release
+			}
+			return &http.Response{StatusCode: 503, Body: http.NoBody, Request: r}, nil
+		})
+		rt := Breaker(BreakerSettings{ConsecutiveFailures: 1, Cooldown: time.Second})(base)
+		done := make(chan struct{})
+		go func() { // the straggler, in flight while the breaker opens
+			defer close(done)
+			breakerSend(t, rt, "http://api.test/slow")
+		}()
+		synctest.Wait()
+		breakerSend(t, rt, "http://api.test/") // fails: open for 1s
+		time.Sleep(1500 * time.Millisecond)
+		breakerSend(t, rt, "http://api.test/") // the probe fails: open for 2s, until 3.5s
+		time.Sleep(1200 * time.Millisecond)    // 2.7s: past gobreaker's own 1s timeout
+		close(release)
+		<-done
+		before := sent.Load()
+		_, err := breakerSend(t, rt, "http://api.test/") // 2.7s: still in the doubled period
+		if !errors.Is(err, ErrCircuitOpen) {
+			t.Errorf("at 2.7s: err = %v, want ErrCircuitOpen (open until 3.5s)", err)
+		}
+		if got, want := sent.Load()-before, int32(0); got != want {
+			t.Errorf("requests sent at 2.7s = %d, want %d", got, want)
+		}
+	})
+}
+
+// A MaxCooldown of math.MaxInt64 ("no cap") must not make the open period
+// wrap around to a negative one after many failed probes: it grows and
+// stays positive, and the breaker keeps refusing.
+func TestBreakerCooldownNoOverflow(t *testing.T) {
+	tests := []struct {
+		name        string
+		cooldown    time.Duration
+		maxCooldown time.Duration
+	}{
+		{"1s, no cap", time.Second, math.MaxInt64},
+		{"1h, no cap", time.Hour, math.MaxInt64},
+		{"1h, cap just under MaxInt64", time.Hour, math.MaxInt64 - 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBreakerTransport(BreakerSettings{Cooldown: tt.cooldown, MaxCooldown: tt.maxCooldown}, nil)
+			prev := time.Duration(0)
+			for k := int32(0); k < 70; k++ {
+				got := b.openFor(k)
+				if got < prev || got > tt.maxCooldown {
+					t.Fatalf("openFor(%d) = %v, want in [%v, %v]", k, got, prev, tt.maxCooldown)
+				}
+				prev = got
+			}
+			// The breaker opened long after its epoch stays open.
+			e := &breakerEntry{}
+			b.epoch = time.Now().Add(-time.Hour)
+			b.changed(e, BreakerHalfOpen, BreakerOpen)
+			for range 70 {
+				b.changed(e, BreakerHalfOpen, BreakerOpen)
+			}
+			if !e.open(time.Since(b.epoch)) {
+				t.Errorf("after 70 failed probes: not open, openUntil = %v", time.Duration(e.openUntil.Load()))
+			}
+		})
+	}
+}
+
+// maybeSweep decides whether the map is full under its lock: a goroutine
+// that found it full and then waited for another's sweep must not sweep
+// again, or it drops every breaker not used in the instant between the
+// two sweeps (the first one cleared their marks), busy hosts' included.
+func TestBreakerSweepFullRecheckedUnderLock(t *testing.T) {
+	host := &breakerHost{}
+	rt := Breaker(BreakerSettings{MaxHosts: 8})(host)
+	b := rt.(*breakerTransport)
+	for i := range 8 {
+		breakerSend(t, rt, "http://h"+strconv.Itoa(i)+".test/")
+	}
+	b.sweepMu.Lock() // another goroutine is sweeping
+	done := make(chan struct{})
+	go func() { defer close(done); b.maybeSweep() }() // finds the map full, waits
+	time.Sleep(50 * time.Millisecond)
+	// What the other sweep does: it drops four breakers and clears the
+	// marks of the rest, which are all in use.
+	n := 0
+	for i := range b.shards {
+		sh := &b.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if n < 4 {
+				delete(sh.m, k)
+				b.count.Add(-1)
+			} else {
+				e.used.Store(false)
+			}
+			n++
+		}
+		sh.mu.Unlock()
+	}
+	b.lastSweep = time.Since(b.epoch)
+	b.sweepMu.Unlock()
+	<-done
+	if got, want := b.count.Load(), int64(4); got != want {
+		t.Errorf("breakers after the waiting sweep = %d, want %d (the map was no longer full)", got, want)
+	}
+}
+
+// A Window of math.MaxInt64 ("count forever") must not overflow
+// gobreaker's interval arithmetic into a breaker that panics on its first
+// request; the ratio rule still works.
+func TestBreakerHugeWindow(t *testing.T) {
+	for _, w := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Second, math.MaxInt64 / 10 * 10} {
+		t.Run(w.String(), func(t *testing.T) {
+			host := &breakerHost{}
+			host.status.Store(500)
+			rt := Breaker(BreakerSettings{FailureRatio: 0.5, MinRequests: 4, Window: w})(host)
+			for i := range 4 {
+				if code, err := breakerSend(t, rt, "http://a.test/"); code != 500 {
+					t.Fatalf("request %d = %d, %v; want 500", i+1, code, err)
+				}
+			}
+			if _, err := breakerSend(t, rt, "http://a.test/"); !errors.Is(err, ErrCircuitOpen) {
+				t.Errorf("after 4 failures of 4: err = %v, want ErrCircuitOpen", err)
+			}
 		})
 	}
 }

@@ -110,6 +110,8 @@ func (e *RetryError) Timeout() bool {
 	return errors.Is(e.Err, context.DeadlineExceeded) || errors.As(e.Err, &t) && t.Timeout()
 }
 
+var errNilResponse = errors.New("transport: RoundTripper returned a nil *Response with a nil error")
+
 type attemptKey struct{}
 
 // AttemptFromContext returns the number of the attempt that a request
@@ -126,6 +128,9 @@ func AttemptFromContext(ctx context.Context) int {
 
 func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := t.c
+	if req.URL == nil { // nothing to retry: let the base report the error
+		return t.next.RoundTrip(req)
+	}
 	var (
 		body replay // one attempt only: nothing to replay
 		err  error
@@ -157,6 +162,9 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			start = time.Now()
 		}
 		resp, err = t.next.RoundTrip(r)
+		if resp == nil && err == nil { // a broken RoundTripper beneath: say so, as http.Client does
+			err = errNilResponse
+		}
 		if c.onAttempt != nil {
 			c.onAttempt(attemptEvent(req, n, resp, err, time.Since(start)))
 		}
@@ -282,8 +290,11 @@ func readProblem(resp *http.Response, limit int64) *policy.Problem {
 	if !policy.IsProblem(ct) {
 		return nil
 	}
-	size := limit
-	if resp.ContentLength >= 0 && resp.ContentLength < limit {
+	// Preallocate what will be read, but no more than the default limit:
+	// a huge limit (or a huge Content-Length under it) must not be
+	// allocated up front.
+	size := min(limit, policy.DefaultMaxProblemBody)
+	if resp.ContentLength >= 0 && resp.ContentLength < size {
 		size = resp.ContentLength
 	}
 	var buf bytes.Buffer
@@ -331,7 +342,11 @@ func newReplay(req *http.Request, limit int64) (replay, error) {
 	if req.ContentLength > 0 && req.ContentLength <= limit {
 		buf.Grow(int(req.ContentLength) + 1)
 	}
-	_, err := buf.ReadFrom(io.LimitReader(req.Body, limit+1))
+	n := limit + 1 // one more, to learn whether the body is longer
+	if n < 0 {     // limit is math.MaxInt64: no body is longer
+		n = limit
+	}
+	_, err := buf.ReadFrom(io.LimitReader(req.Body, n))
 	if err != nil {
 		req.Body.Close()
 		return replay{}, fmt.Errorf("transport: reading request body: %w", err)

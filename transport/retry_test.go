@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -697,5 +698,90 @@ func TestCloneWith(t *testing.T) {
 	}
 	if got := cloneWith(nil, "K", "v"); len(got) != 1 || got.Get("K") != "v" {
 		t.Errorf("cloneWith(nil) = %#v", got)
+	}
+}
+
+// A limit of math.MaxInt64 means "no limit" to a user: the body must still
+// be replayed byte for byte (limit+1 must not wrap around and read
+// nothing), and a problem body of unknown length must not make Retry
+// allocate the limit up front (or panic on a negative size).
+func TestRetryHugeLimits(t *testing.T) {
+	const payload = `{"amount":1200}`
+	problem := `{"type":"about:blank","is_retriable":true}`
+	tests := []struct {
+		name    string
+		p       policy.Retry
+		problem bool
+	}{
+		{"MaxBufferedBody MaxInt64", policy.Retry{MaxBufferedBody: math.MaxInt64}, false},
+		{"MaxProblemBody MaxInt64", policy.Retry{MaxProblemBody: math.MaxInt64}, true},
+		{"MaxProblemBody 1<<50", policy.Retry{MaxProblemBody: 1 << 50}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var bodies []string
+			n := 0
+			base := Func(func(r *http.Request) (*http.Response, error) {
+				b, _ := io.ReadAll(r.Body)
+				r.Body.Close()
+				bodies = append(bodies, string(b))
+				n++
+				h := http.Header{}
+				if n == 1 {
+					h.Set("Content-Type", "application/problem+json")
+					return &http.Response{StatusCode: 503, Header: h, ContentLength: -1, Body: io.NopCloser(strings.NewReader(problem)), Request: r}, nil
+				}
+				return &http.Response{StatusCode: 200, Header: h, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+			})
+			tt.p.Backoff = constant(0)
+			req, _ := http.NewRequest("PUT", "http://api.test/x", onlyReader{strings.NewReader(payload)})
+			resp, err := Chain(base, Retry(tt.p)).RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := readAll(t, resp), "ok"; got != want {
+				t.Errorf("body = %q, want %q", got, want)
+			}
+			if got, want := len(bodies), 2; got != want {
+				t.Fatalf("attempts = %d, want %d", got, want)
+			}
+			for i, got := range bodies {
+				if got != payload {
+					t.Errorf("attempt %d sent %q, want %q", i+1, got, payload)
+				}
+			}
+		})
+	}
+}
+
+// A request without a URL is refused by net/http with an error; through
+// Retry (with a budget, as New has) it must end the same way, not in a
+// nil pointer panic.
+func TestRetryNilURL(t *testing.T) {
+	tests := []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"Retry with a budget", Chain(http.DefaultTransport, Retry(policy.Retry{Budget: &policy.Budget{}}))},
+		{"New with SlogHooks", New(Options{Base: http.DefaultTransport, Hooks: SlogHooks(nil)})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := tt.rt.RoundTrip(&http.Request{Method: "GET", Header: http.Header{}})
+			if resp != nil || err == nil {
+				t.Errorf("RoundTrip = %v, %v; want nil, an error", resp, err)
+			}
+		})
+	}
+}
+
+// A RoundTripper beneath Retry that breaks its contract with nil, nil
+// gets an error back, as http.Client gives, not a nil pointer panic.
+func TestRetryNilResponseNilError(t *testing.T) {
+	base := Func(func(r *http.Request) (*http.Response, error) { return nil, nil })
+	req, _ := http.NewRequest("GET", "http://api.test/", nil)
+	resp, err := Chain(base, Retry(policy.Retry{Backoff: constant(0)})).RoundTrip(req)
+	if resp != nil || err == nil {
+		t.Errorf("RoundTrip = %v, %v; want nil, an error", resp, err)
 	}
 }
