@@ -185,7 +185,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			Err:        err,
 			Problem:    problem,
 			Idempotent: idempotent,
-			Keyed:      idempotent && len(req.Header[c.keyHeader]) > 0,
+			Keyed:      idempotent && req.Header.Get(c.keyHeader) != "",
 			Now:        now,
 		})
 		switch {
