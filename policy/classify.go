@@ -98,7 +98,7 @@ func DefaultClassifier(o Outcome) Decision {
 		return Decision{Reason: "status " + strconv.Itoa(resp.StatusCode)}
 	}
 	d := Decision{}
-	d.RetryAfter, d.HasRetryAfter = ParseRetryAfter(resp.Header, serverNow(resp.Header, o.Now))
+	d.RetryAfter, d.HasRetryAfter = ResponseRetryAfter(resp.Header, o.Now)
 
 	retry, reason, decided := directive(resp.Header)
 	if !decided && o.Problem != nil && o.Problem.Retriable != nil {
@@ -145,16 +145,17 @@ func directive(h http.Header) (retry bool, reason string, ok bool) {
 	return false, "", false
 }
 
-// serverNow is the time to measure a Retry-After date against: the
-// response's own Date when it has a valid one, so that a skewed client
-// clock does not stretch or shrink the wait; else now.
-func serverNow(h http.Header, now time.Time) time.Time {
+// ResponseRetryAfter is [ParseRetryAfter] for a response's header h: a
+// Retry-After date is measured from the response's own Date header when it
+// has a valid one, so that a skewed client clock neither stretches nor
+// shrinks the wait; else from now.
+func ResponseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if v := h["Date"]; len(v) > 0 && len(h["Retry-After"]) > 0 {
 		if t, err := http.ParseTime(v[0]); err == nil {
-			return t
+			now = t
 		}
 	}
-	return now
+	return ParseRetryAfter(h, now)
 }
 
 func classifyError(o Outcome) Decision {

@@ -289,9 +289,7 @@ type breakerTransport struct {
 }
 
 func newBreakerTransport(s BreakerSettings, next http.RoundTripper) *breakerTransport {
-	if next == nil {
-		next = http.DefaultTransport
-	}
+	next = orDefault(next)
 	b := &breakerTransport{
 		next:        next,
 		key:         s.Key,

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -28,6 +29,7 @@ import (
 // through.
 func Deadline(d time.Duration) Middleware {
 	return func(next http.RoundTripper) http.RoundTripper {
+		next = orDefault(next)
 		if d <= 0 {
 			return next
 		}
@@ -120,3 +122,12 @@ type cancelBodyRW struct {
 }
 
 func (b *cancelBodyRW) Write(p []byte) (int, error) { return b.w.Write(p) }
+
+// CloseWrite half-closes the upgraded connection, as net/http's own 101
+// body allows.
+func (b *cancelBodyRW) CloseWrite() error {
+	if cw, ok := b.w.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}

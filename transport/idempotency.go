@@ -23,7 +23,7 @@ func IdempotencyKey(o idempotency.Options) Middleware {
 		newKey = idempotency.NewKey
 	}
 	return func(next http.RoundTripper) http.RoundTripper {
-		return &idemKey{next: next, o: o, header: header, newKey: newKey}
+		return &idemKey{next: orDefault(next), o: o, header: header, newKey: newKey}
 	}
 }
 

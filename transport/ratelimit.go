@@ -44,9 +44,7 @@ func RateLimitTracker(t *ratelimit.Tracker) Middleware {
 }
 
 func newRateLimiter(next http.RoundTripper, t *ratelimit.Tracker) *rateLimiter {
-	if next == nil {
-		next = http.DefaultTransport
-	}
+	next = orDefault(next)
 	return &rateLimiter{next: next, t: t}
 }
 
@@ -72,7 +70,7 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	l.t.Observe(req, resp.Header)
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		now := time.Now()
-		if d, ok := policy.ParseRetryAfter(resp.Header, now); ok && d > 0 {
+		if d, ok := policy.ResponseRetryAfter(resp.Header, now); ok && d > 0 {
 			l.t.Pause(req, now.Add(d))
 		}
 	}

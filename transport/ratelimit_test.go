@@ -501,3 +501,42 @@ func TestRateLimitAwareInsideRetrySpreadsHerd(t *testing.T) {
 		}
 	})
 }
+
+// A 429's Retry-After date is measured from the response's Date: a server
+// whose clock is an hour behind still pauses the host for 10 s, not 0.
+func TestRateLimitAwareRetryAfterDateSkew(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		var arrivals []time.Time
+		var mu sync.Mutex
+		n := httptestutil.NewNetwork()
+		srv := n.Serve("api.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			arrivals = append(arrivals, time.Now())
+			mu.Unlock()
+			if calls.Add(1) == 1 {
+				server := time.Now().Add(-time.Hour).UTC()
+				w.Header().Set("Date", server.Format(http.TimeFormat))
+				w.Header().Set("Retry-After", server.Add(10*time.Second).Format(http.TimeFormat))
+				w.WriteHeader(http.StatusTooManyRequests)
+			}
+		}))
+		defer srv.Close()
+		base := n.Transport()
+		defer base.CloseIdleConnections()
+		c := &http.Client{Transport: Chain(base, RateLimitAware(ratelimit.Options{}))}
+		for range 2 {
+			resp, err := c.Get(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		if len(arrivals) != 2 {
+			t.Fatalf("server got %d requests, want 2", len(arrivals))
+		}
+		if got, want := arrivals[1].Sub(arrivals[0]), 10*time.Second; got < want || got > want+time.Second {
+			t.Errorf("second request after %v, want %v (up to 1s of release spreading)", got, want)
+		}
+	})
+}

@@ -63,7 +63,7 @@ func Retry(p policy.Retry) Middleware {
 		onGiveUp:   p.OnGiveUp,
 	}
 	return func(next http.RoundTripper) http.RoundTripper {
-		return &retrier{next: next, c: c}
+		return &retrier{next: orDefault(next), c: c}
 	}
 }
 

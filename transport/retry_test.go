@@ -20,6 +20,7 @@ import (
 	"github.com/sturdyhttp/sturdy/httptestutil"
 	"github.com/sturdyhttp/sturdy/idempotency"
 	"github.com/sturdyhttp/sturdy/policy"
+	"github.com/sturdyhttp/sturdy/ratelimit"
 )
 
 // onlyReader hides every method but Read, so net/http cannot learn the
@@ -783,5 +784,74 @@ func TestRetryNilResponseNilError(t *testing.T) {
 	resp, err := Chain(base, Retry(policy.Retry{Backoff: constant(0)})).RoundTrip(req)
 	if resp != nil || err == nil {
 		t.Errorf("RoundTrip = %v, %v; want nil, an error", resp, err)
+	}
+}
+
+// Every middleware applied by hand to a nil RoundTripper uses
+// http.DefaultTransport, as Chain does, instead of panicking.
+func TestMiddlewaresNilNext(t *testing.T) {
+	mws := map[string]Middleware{
+		"Deadline":       Deadline(time.Second),
+		"Retry":          Retry(policy.Retry{MaxAttempts: 1}),
+		"IdempotencyKey": IdempotencyKey(idempotency.Options{}),
+		"Breaker":        Breaker(BreakerSettings{}),
+		"RateLimitAware": RateLimitAware(ratelimit.Options{}),
+	}
+	for name, mw := range mws {
+		rt := mw(nil)
+		// An unsupported scheme fails in http.DefaultTransport at once,
+		// with no network.
+		req, _ := http.NewRequest("POST", "gopher://x.test/", strings.NewReader("x"))
+		if _, err := rt.RoundTrip(req); err == nil || !strings.Contains(err.Error(), "unsupported protocol scheme") {
+			t.Errorf("%s(nil): err = %v, want http.DefaultTransport's", name, err)
+		}
+	}
+}
+
+// A 101 Switching Protocols body stays a read-write stream through
+// Deadline, with CloseWrite, over loopback: it is about the socket.
+func TestDeadlineUpgradedConnection(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		got, _ := io.ReadAll(brw) // until the client half-closes
+		conn.Write(append([]byte("echo:"), got...))
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := Chain(base, Deadline(10*time.Second)).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status = %d, want 101", resp.StatusCode)
+	}
+	rw, ok := resp.Body.(interface {
+		io.ReadWriteCloser
+		CloseWrite() error
+	})
+	if !ok {
+		t.Fatalf("body %T is not a read-write stream with CloseWrite", resp.Body)
+	}
+	if _, err := io.WriteString(rw, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.CloseWrite(); err != nil {
+		t.Fatalf("CloseWrite: %v", err)
+	}
+	got, _ := io.ReadAll(rw)
+	if string(got) != "echo:hello" {
+		t.Errorf("read %q, want %q", got, "echo:hello")
 	}
 }

@@ -32,6 +32,16 @@ func Chain(base http.RoundTripper, mws ...Middleware) http.RoundTripper {
 	return rt
 }
 
+// orDefault returns rt, or [http.DefaultTransport] when rt is nil, so that
+// a middleware applied by hand to a nil RoundTripper behaves as [Chain]
+// does.
+func orDefault(rt http.RoundTripper) http.RoundTripper {
+	if rt == nil {
+		return http.DefaultTransport
+	}
+	return rt
+}
+
 // closeIdler is what [http.Client.CloseIdleConnections] looks for.
 type closeIdler interface{ CloseIdleConnections() }
 
