@@ -62,6 +62,10 @@ type Tracker struct {
 	// waitingNews counts the hosts whose requests wait for news, so
 	// that a response without quota headers costs no lookup otherwise.
 	waitingNews atomic.Int32
+	// evictFailed is when an eviction last found no room (t.mu held):
+	// while every host is busy, new keys go untracked for a second
+	// rather than each paying a scan of every host.
+	evictFailed time.Time
 }
 
 // hostKey is the map key of a host: the request URL's scheme and host for
@@ -146,8 +150,14 @@ func (t *Tracker) insert(k hostKey, now time.Time) *host {
 	if h := t.hosts[k]; h != nil {
 		return h
 	}
-	if len(t.hosts) >= t.o.maxHosts() && !t.evict(now) {
-		return nil
+	if len(t.hosts) >= t.o.maxHosts() {
+		if now.Sub(t.evictFailed) < time.Second {
+			return nil
+		}
+		if !t.evict(now) {
+			t.evictFailed = now
+			return nil
+		}
 	}
 	h := &host{limit: Unknown, remaining: Unknown}
 	h.lastUsed.Store(now.UnixNano())
@@ -168,7 +178,7 @@ func (t *Tracker) evict(now time.Time) bool {
 	}
 	var idle []cand
 	for k, h := range t.hosts {
-		if h.idle(now) {
+		if h.idle(now, t.o.Reserve) {
 			idle = append(idle, cand{k, h.lastUsed.Load()})
 		}
 	}
@@ -197,14 +207,18 @@ func (t *Tracker) evict(now time.Time) bool {
 }
 
 // idle reports whether dropping h loses nothing that holds a request
-// back: no waiter, no pause, no exhausted window ahead.
-func (h *host) idle(now time.Time) bool {
+// back: no waiter, no pause, no exhausted window ahead, no spread of
+// released requests, no request awaiting news of a new window. A window
+// with quota left is not worth keeping a host for: the next response says
+// it again.
+func (h *host) idle(now time.Time, reserve int) bool {
 	if h.waiters.Load() > 0 {
 		return false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return !now.Before(h.pause) && !now.Before(h.reset) && !now.Before(h.releaseUntil)
+	exhausted := h.remaining != Unknown && h.remaining <= reserve && now.Before(h.reset)
+	return !now.Before(h.pause) && !exhausted && !now.Before(h.releaseUntil) && h.news == nil
 }
 
 // Wait blocks until r may be sent to its key, as the [Tracker] doc

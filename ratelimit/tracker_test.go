@@ -561,3 +561,55 @@ func TestTrackerConcurrent(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// Hosts whose window still has quota are evicted at MaxHosts even with an
+// hour to its reset (GitHub's windows are an hour long), so new hosts are
+// tracked; a host with its window spent is kept.
+func TestTrackerEvictsLongWindowsWithQuotaLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{MaxHosts: 10})
+		spent := newReq(t, nil, "https://spent.example.com/")
+		tr.Observe(spent, quotaHeader(5000, 0, time.Hour))
+		for i := range 50 {
+			r := newReq(t, nil, fmt.Sprintf("https://h%d.example.com/", i))
+			tr.Observe(r, quotaHeader(5000, 4000, time.Hour))
+			time.Sleep(2 * time.Second)
+		}
+		if got := tr.Len(); got > 10 {
+			t.Errorf("Len = %d, want at most 10", got)
+		}
+		if _, ok := tr.Quota(newReq(t, nil, "https://h49.example.com/")); !ok {
+			t.Error("latest host not tracked: hosts with quota left were never evicted")
+		}
+		if q, ok := tr.Quota(spent); !ok || q.Remaining != 0 {
+			t.Errorf("spent host: Quota = %+v, %v; want kept with Remaining 0", q, ok)
+		}
+	})
+}
+
+// While every host is busy, a new host goes untracked at once; the
+// tracker tries to make room again a second later.
+func TestTrackerFullOfBusyHosts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{MaxHosts: 3})
+		var busy []*http.Request
+		for i := range 3 {
+			r := newReq(t, nil, fmt.Sprintf("https://busy%d.example.com/", i))
+			tr.Pause(r, time.Now().Add(1500*time.Millisecond))
+			busy = append(busy, r)
+		}
+		fresh := newReq(t, nil, "https://fresh.example.com/")
+		tr.Observe(fresh, quotaHeader(10, 9, time.Minute))
+		if _, ok := tr.Quota(fresh); ok {
+			t.Fatal("fresh host tracked while every host is paused")
+		}
+		time.Sleep(2 * time.Second) // the pauses are over
+		tr.Observe(fresh, quotaHeader(10, 9, time.Minute))
+		if _, ok := tr.Quota(fresh); !ok {
+			t.Error("fresh host still untracked once the pauses ended")
+		}
+		if got := tr.Len(); got > 3 {
+			t.Errorf("Len = %d, want at most 3", got)
+		}
+	})
+}
