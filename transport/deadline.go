@@ -69,8 +69,26 @@ func (t *deadline) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.next.RoundTrip(req)
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, t.d, t.cause)
-	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	// One allocation holds the request copy and the body wrapper that will
+	// release the context: WithContext is inlined, so its copy stays on
+	// the stack until it is copied here.
+	a := &deadlineAttempt{req: *req.WithContext(ctx)}
+	resp, err := t.next.RoundTrip(&a.req)
+	if err == nil && resp != nil && resp.Body != nil && resp.Body != http.NoBody {
+		if _, rw := resp.Body.(io.ReadWriteCloser); !rw {
+			a.body = cancelBody{ReadCloser: resp.Body, cancel: cancel}
+			resp.Body = &a.body
+			return resp, nil
+		}
+	}
 	return releaseWithBody(resp, err, cancel)
+}
+
+// deadlineAttempt is the request a Deadline sends and the wrapper of its
+// response's body, allocated together.
+type deadlineAttempt struct {
+	req  http.Request
+	body cancelBody
 }
 
 func (t *deadline) CloseIdleConnections() { closeIdle(t.next) }
