@@ -28,13 +28,6 @@ func successOps(url string) []struct {
 	}
 }
 
-// closeIdle closes the idle connections of rt when it has any.
-func closeIdle(rt http.RoundTripper) {
-	if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
-	}
-}
-
 // BenchmarkSuccess is the cost of an operation that succeeds at once: a
 // GET, a POST with a 1 KiB body that has GetBody, and the same body as a
 // plain io.Reader, for every client, over the in-memory base transport

@@ -138,7 +138,7 @@ func TestRateLimitedAPIBucket(t *testing.T) {
 				start := time.Now()
 				var ok, rejected int64
 				for i, s := range tt.steps {
-					time.Sleep(start.Add(s.at).Sub(time.Now()))
+					time.Sleep(time.Until(start.Add(s.at)))
 					resp := do(t, c, "http://api.test/", s.auth)
 					if resp.StatusCode != s.wantStatus {
 						t.Errorf("step %d: status %d, want %d", i, resp.StatusCode, s.wantStatus)

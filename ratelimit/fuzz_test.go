@@ -15,7 +15,7 @@ func fuzzHeader(raw string) http.Header {
 		if !ok {
 			continue
 		}
-		h.Add(http.CanonicalHeaderKey(strings.TrimSpace(k)), strings.TrimSpace(v))
+		h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 	}
 	return h
 }

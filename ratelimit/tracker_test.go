@@ -592,11 +592,9 @@ func TestTrackerEvictsLongWindowsWithQuotaLeft(t *testing.T) {
 func TestTrackerFullOfBusyHosts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := NewTracker(Options{MaxHosts: 3})
-		var busy []*http.Request
 		for i := range 3 {
 			r := newReq(t, nil, fmt.Sprintf("https://busy%d.example.com/", i))
 			tr.Pause(r, time.Now().Add(1500*time.Millisecond))
-			busy = append(busy, r)
 		}
 		fresh := newReq(t, nil, "https://fresh.example.com/")
 		tr.Observe(fresh, quotaHeader(10, 9, time.Minute))

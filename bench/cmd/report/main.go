@@ -40,13 +40,12 @@ const failureOps = 2000
 
 // family is one benchmark function and how to run and print it.
 type family struct {
-	title  string   // section heading
-	bench  string   // -test.bench pattern
-	args   []string // more test flags
-	once   bool     // run in the first round only: one run is the whole sample
-	cols   []column // the printed columns
-	intro  string   // what the table shows
-	ratios bool     // ratios are meaningful (the bare client is the baseline)
+	title string   // section heading
+	bench string   // -test.bench pattern
+	args  []string // more test flags
+	once  bool     // run in the first round only: one run is the whole sample
+	cols  []column // the printed columns
+	intro string   // what the table shows
 }
 
 func families(benchtime string) []family {

@@ -16,7 +16,6 @@ import (
 type dynamoDB struct {
 	mu    sync.Mutex
 	items []map[string]any
-	seq   int
 }
 
 func (d *dynamoDB) ServeHTTP(w http.ResponseWriter, r *http.Request) {

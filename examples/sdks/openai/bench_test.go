@@ -18,7 +18,7 @@ import (
 func BenchmarkChatCompletion(b *testing.B) {
 	base := httptestutil.NewHandlerTransport(&completions{quota: httptestutil.Quota{Limit: 1 << 30, Remaining: 1 << 30, Reset: 1}})
 	params := openaisdk.ChatCompletionNewParams{
-		Model:    openaisdk.ChatModelGPT4o,
+		Model:    openaisdk.ChatModelGPT5_2,
 		Messages: []openaisdk.ChatCompletionMessageParamUnion{openaisdk.UserMessage("ping")},
 	}
 	opts := []option.RequestOption{option.WithBaseURL("http://api.openai.test/v1/"), option.WithAPIKey("sk-test")}

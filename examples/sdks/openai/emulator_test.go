@@ -62,7 +62,7 @@ func rateLimited(retryAfter time.Duration, quota httptestutil.Quota) httptestuti
 		httptestutil.QuotaHeaders(w.Header(), httptestutil.FamilyOpenAI, quota, time.Now())
 		w.Header().Set("Retry-After-Ms", strconv.FormatInt(retryAfter.Milliseconds(), 10))
 		openAIError(w, http.StatusTooManyRequests,
-			fmt.Sprintf("Rate limit reached for gpt-4o in organization org-emulator on requests per min (RPM): Limit %d, Used %d, Requested 1. Please try again in %v.",
+			fmt.Sprintf("Rate limit reached for gpt-5.2 in organization org-emulator on requests per min (RPM): Limit %d, Used %d, Requested 1. Please try again in %v.",
 				quota.Limit, quota.Limit, retryAfter),
 			"requests", "rate_limit_exceeded")
 	}))

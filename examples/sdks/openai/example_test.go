@@ -24,7 +24,7 @@ func ExampleNewClient() {
 		httptestutil.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			json.NewEncoder(w).Encode(map[string]any{
-				"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+				"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-5.2",
 				"choices": []any{map[string]any{"index": 0, "finish_reason": "stop",
 					"message": map[string]any{"role": "assistant", "content": "pong"}}},
 			})
@@ -37,7 +37,7 @@ func ExampleNewClient() {
 	client := openai.NewClient(transport.Options{Base: base},
 		option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("sk-test"))
 	c, err := client.Chat.Completions.New(context.Background(), openaisdk.ChatCompletionNewParams{
-		Model:    openaisdk.ChatModelGPT4o,
+		Model:    openaisdk.ChatModelGPT5_2,
 		Messages: []openaisdk.ChatCompletionMessageParamUnion{openaisdk.UserMessage("ping")},
 	})
 	if err != nil {

@@ -95,7 +95,7 @@ func TestChatCompletionThroughRateLimits(t *testing.T) {
 				for i := range tt.calls {
 					var c *openaisdk.ChatCompletion
 					c, err = client.Chat.Completions.New(context.Background(), openaisdk.ChatCompletionNewParams{
-						Model:    openaisdk.ChatModelGPT4o,
+						Model:    openaisdk.ChatModelGPT5_2,
 						Messages: []openaisdk.ChatCompletionMessageParamUnion{openaisdk.UserMessage("ping")},
 					})
 					if err != nil {
