@@ -82,7 +82,7 @@ type clientConfig struct {
 	// library's documented waits.
 	noWait bool
 	// timeout is the whole-operation budget of the clients that have one;
-	// 0 means 2 minutes (sturdy's default).
+	// 0 means sturdy's default, transport.DefaultTimeout.
 	timeout time.Duration
 }
 

@@ -3,6 +3,7 @@ module github.com/sturdyhttp/sturdy/bench
 go 1.26.0
 
 require (
+	github.com/cristalhq/hedgedhttp v0.9.1
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/go-resty/resty/v2 v2.17.2
 	github.com/hashicorp/go-cleanhttp v0.5.2

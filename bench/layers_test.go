@@ -12,15 +12,16 @@ import (
 // sturdyVariants are transport.New with one layer switched off at a time,
 // so that the cost of a layer is all's figure minus its "no-" figure.
 var sturdyVariants = []struct {
-	name    string
-	disable transport.Layer
-	timeout bool // Timeout: -1, no overall limit, instead of the 2 min default
+	name     string
+	disable  transport.Layer
+	timeout  bool // Timeout: -1, no overall limit, instead of the 2 min default
+	noBudget bool // DisableRetryBudget
 }{
 	{name: "all"},
 	{name: "no-IdempotencyKey", disable: transport.LayerIdempotencyKey},
 	{name: "no-Timeout", timeout: true},
 	{name: "no-Retry", disable: transport.LayerRetry},
-	{name: "no-RetryBudget", disable: transport.LayerRetryBudget},
+	{name: "no-RetryBudget", noBudget: true},
 	{name: "no-RateLimit", disable: transport.LayerRateLimit},
 	{name: "no-Breaker", disable: transport.LayerBreaker},
 	{name: "none", disable: transport.LayerIdempotencyKey | transport.LayerRetry |
@@ -32,7 +33,7 @@ var sturdyVariants = []struct {
 // base, with every layer, with each layer switched off in turn, and with
 // none (an http.Client over the base, through New). bare is the base
 // without New. ctx=background is a caller without a deadline, so New's
-// 2 min Timeout makes a context per operation; ctx=deadline is a caller
+// Timeout makes a context per operation; ctx=deadline is a caller
 // whose context has a deadline of its own (1 min, made outside the loop),
 // which Timeout leaves alone.
 func BenchmarkSturdyLayers(b *testing.B) {
@@ -54,7 +55,7 @@ func BenchmarkSturdyLayers(b *testing.B) {
 				})
 				for _, v := range sturdyVariants {
 					b.Run("client="+v.name, func(b *testing.B) {
-						opts := transport.Options{Base: memTransport{}, Disable: v.disable}
+						opts := transport.Options{Base: memTransport{}, Disable: v.disable, DisableRetryBudget: v.noBudget}
 						if v.timeout {
 							opts.Timeout = -1
 						}

@@ -20,7 +20,7 @@
 //     [Outage] (healthy, down, healthy again, counting load per time
 //     bucket).
 //
-// Everything here is an [net/http.Handler] or an [net/http.RoundTripper],
+// Everything here is a [net/http.Handler] or a [net/http.RoundTripper],
 // so it works alike on loopback with [net/http/httptest.NewServer], on a
 // [Network], and under a [HandlerTransport]. Waits use timers, never
 // busy loops, so inside a synctest bubble a 60 s outage takes

@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// OutageMode is how an [Outage] fails while it is down.
+// OutageMode is how an [Outage] fails while it is down: [Outage503],
+// [OutageReset] or [OutageRefuse].
 type OutageMode int
 
 const (

@@ -9,7 +9,8 @@ import (
 )
 
 // Family names a family of rate-limit response headers, as servers in the
-// wild send them.
+// wild send them: [FamilyGitHub], [FamilyOpenAI], [FamilyAnthropic],
+// [FamilyIETF] or [FamilyIETFStructured] ([Families] lists them all).
 type Family string
 
 // The header families [QuotaHeaders] can write.

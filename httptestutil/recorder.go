@@ -42,7 +42,7 @@ type RecordedRequest struct {
 	// Disconnected is when the request's context ended while the next
 	// handler was still running: the client went away (cancelled, timed
 	// out, closed the connection) or the server shut down. Zero when the
-	// handler finished first.
+	// handler finished first; otherwise never after Finished.
 	Disconnected time.Time
 }
 
@@ -127,8 +127,7 @@ func (rc *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		// A context that ended before the handler returned means the
 		// client went away while it ran (a server ends the context of a
-		// finished request only after the handler returns). The watcher
-		// has started then; let it record the time and end.
+		// finished request only after the handler returns).
 		gone := r.Context().Err() != nil
 		finished := time.Now()
 		if !gone {
@@ -141,6 +140,14 @@ func (rc *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		rc.mu.Lock()
 		running = false
+		// The context ended before finished, but the watcher may have run
+		// after it (its goroutine is scheduled late), or never: the context
+		// can end, and a handler waiting on Done return, before the context
+		// package has started the watcher, and then stop wins. Either way
+		// the disconnect was seen no later than finished.
+		if d := rc.reqs[i].Disconnected; gone && (d.IsZero() || d.After(finished)) {
+			rc.reqs[i].Disconnected = finished
+		}
 		rc.reqs[i].Finished = finished
 		rc.inFlight--
 		rc.mu.Unlock()

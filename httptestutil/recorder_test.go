@@ -101,23 +101,104 @@ func TestRecorderDisconnect(t *testing.T) {
 	}
 }
 
+// TestRecorderDisconnectBeforeWatcher pins the window that made
+// TestRecorderDisconnect flaky under -race: the request's context ends,
+// the handler sees Done and returns, and only then would the context
+// package start the Recorder's AfterFunc watcher. The recorder must still
+// report the disconnect. lateCtx reproduces the window every time: it
+// ends without ever running the functions registered on it.
+func TestRecorderDisconnectBeforeWatcher(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := &lateCtx{Context: context.Background(), done: make(chan struct{})}
+		rec := NewRecorder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(2 * time.Second)
+			ctx.end()
+			<-r.Context().Done()
+		}))
+		start := time.Now()
+		req := httptest.NewRequestWithContext(ctx, "GET", "http://x.test/", nil)
+		rec.ServeHTTP(httptest.NewRecorder(), req)
+		r := rec.Requests()[0]
+		if got, want := r.Disconnected.Sub(start), 2*time.Second; r.Disconnected.IsZero() || got != want {
+			t.Errorf("Disconnected = %v (%v after start), want 2s after start", r.Disconnected, got)
+		}
+		if got := rec.InFlight(); got != 0 {
+			t.Errorf("InFlight() = %d, want 0", got)
+		}
+	})
+}
+
+// lateCtx is a context that ends when end is called but never runs the
+// functions given to its AfterFunc (context.AfterFunc uses that method
+// when a parent has it): the watcher is always too late.
+type lateCtx struct {
+	context.Context
+	mu   sync.Mutex
+	done chan struct{}
+	err  error
+}
+
+func (c *lateCtx) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.err = context.Canceled
+	close(c.done)
+}
+
+func (c *lateCtx) Done() <-chan struct{} { return c.done }
+
+func (c *lateCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *lateCtx) AfterFunc(func()) (stop func() bool) {
+	return func() bool { return true }
+}
+
+// TestRecorderLoopbackDisconnect runs on loopback: it is about the server
+// seeing a client close its connection. The client goes away only once
+// the request has arrived, and the test waits for the handler to end
+// rather than for a time, so a busy machine cannot make it fail.
 func TestRecorderLoopbackDisconnect(t *testing.T) {
-	rec := NewRecorder(Hang())
-	srv := httptest.NewServer(rec)
+	arrived := make(chan struct{})
+	rec := NewRecorder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-r.Context().Done()
+	}))
+	served := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(served)
+		rec.ServeHTTP(w, r)
+	}))
 	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var cancelled time.Time
+	go func() {
+		<-arrived
+		cancelled = time.Now()
+		cancel()
+	}()
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
-	if _, err := srv.Client().Do(req); err == nil {
-		t.Fatal("Hang answered, want an error")
+	if resp, err := srv.Client().Do(req); !errors.Is(err, context.Canceled) {
+		if err == nil {
+			resp.Body.Close()
+		}
+		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for (rec.Count() == 0 || rec.InFlight() > 0) && time.Now().Before(deadline) { // real time: the server may see the request late
-		time.Sleep(time.Millisecond)
+	<-served // the handler returns once the server sees the connection close
+	reqs := rec.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("recorded %d requests, want 1", len(reqs))
 	}
-	r := rec.Requests()[0]
-	if r.Disconnected.IsZero() || r.Disconnected.Before(r.Arrived) {
-		t.Errorf("Disconnected = %v (arrived %v), want a time after arrival", r.Disconnected, r.Arrived)
+	r := reqs[0]
+	if r.Disconnected.IsZero() || r.Disconnected.Before(cancelled) || r.Disconnected.After(r.Finished) {
+		t.Errorf("Disconnected = %v, want a time between the cancel at %v and the handler's end at %v", r.Disconnected, cancelled, r.Finished)
+	}
+	if got := rec.InFlight(); got != 0 {
+		t.Errorf("InFlight() = %d, want 0", got)
 	}
 }
 
@@ -178,7 +259,14 @@ func TestRecorderLoopbackConns(t *testing.T) {
 	srv.Config.ConnState = rec.ConnState
 	srv.Start()
 	defer srv.Close()
-	c := srv.Client()
+	// One connection at most: http.Transport puts a connection back in
+	// its pool from another goroutine after the body is read, and a
+	// request sent before that would dial a second one on a busy machine.
+	// A connection that could not be reused still shows: the transport
+	// closes it and dials again.
+	tr := srv.Client().Transport.(*http.Transport).Clone()
+	tr.MaxConnsPerHost = 1
+	c := &http.Client{Transport: tr}
 	defer c.CloseIdleConnections()
 	for range 3 {
 		resp, err := c.Get(srv.URL)

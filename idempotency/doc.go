@@ -3,7 +3,9 @@
 //
 // The client side is a key: made once per logical operation ([NewKey], or
 // the caller's own through [WithKey]) and carried by every attempt in the
-// Idempotency-Key header. [Options] configures it for the transport's
+// Idempotency-Key header. A key vouches that the server will not act twice,
+// so it goes only on requests someone vouched for: the caller's own, and
+// requests to [Options].Hosts. [Options] configures it for the transport's
 // IdempotencyKey middleware, which sits outside the retry loop so that all
 // attempts share the key.
 //
@@ -16,6 +18,13 @@
 // different request gets 422. Responses live in a [Store]: [MemoryStore]
 // for one process, or a shared store (Redis, a database) that implements
 // the three-method interface, one round trip each.
+//
+// A server can also see how long its caller will wait: [DeadlineHandler]
+// reads the caller's time left from the Request-Timeout header (which the
+// transport's PropagateDeadline sends with each attempt), refuses with 504
+// a request whose caller has already given up, and runs the handler with a
+// context that ends when the caller stops waiting, so that work nobody
+// waits for (a request that arrives late over a slow link) is not done.
 //
 // A client retry is only as safe as the server's deduplication: a POST
 // retried after a lost response charges twice unless the server

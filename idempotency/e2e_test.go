@@ -103,7 +103,7 @@ func TestEndToEndLostResponses(t *testing.T) {
 		base := n.Transport()
 		defer base.CloseIdleConnections()
 		client := &http.Client{Transport: transport.Chain(base,
-			transport.IdempotencyKey(idempotency.Options{}),
+			transport.IdempotencyKey(idempotency.Options{Hosts: []string{"payments.test"}}),
 			transport.Retry(policy.Retry{MaxAttempts: 5, Backoff: policy.Exponential(100*time.Millisecond, time.Second)}),
 		)}
 
@@ -181,7 +181,7 @@ func TestEndToEndInFlight(t *testing.T) {
 		base := n.Transport()
 		defer base.CloseIdleConnections()
 		client := &http.Client{Transport: transport.Chain(base,
-			transport.IdempotencyKey(idempotency.Options{}),
+			transport.IdempotencyKey(idempotency.Options{Hosts: []string{"payments.test"}}),
 			transport.Retry(policy.Retry{MaxAttempts: 6, Backoff: policy.Exponential(100*time.Millisecond, time.Second)}),
 			transport.Deadline(time.Second), // per attempt
 		)}

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/sturdyhttp/sturdy/httptestutil"
 	"github.com/sturdyhttp/sturdy/idempotency"
@@ -118,4 +120,33 @@ func ExampleParseKey() {
 	// "order \"42\""
 	// idempotency: invalid key: control character at byte 3
 	// idempotency: invalid key: missing closing quote
+}
+
+// A server holds each handler to its caller's deadline, sent as the
+// milliseconds it will wait in Request-Timeout (transport.New sends it
+// with Options.PropagateDeadline): a request whose caller has given up is
+// refused before the handler runs, and the handler's context ends when
+// the caller stops waiting.
+func ExampleDeadlineHandler() {
+	h := idempotency.DeadlineHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d, ok := r.Context().Deadline(); ok {
+			fmt.Printf("handler runs, its context ends within 1.5s: %v\n", time.Until(d) <= 1500*time.Millisecond)
+			return
+		}
+		fmt.Println("handler runs, without a deadline")
+	}), idempotency.DeadlineOptions{})
+	for _, left := range []string{"1500", "0", "soon"} {
+		r := httptest.NewRequest("POST", "/charges", strings.NewReader("{}"))
+		r.Header.Set("Request-Timeout", left)
+		w := httptest.NewRecorder()
+		fmt.Printf("Request-Timeout: %s -> ", left)
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			fmt.Println(w.Code, w.Header().Get("Content-Type"))
+		}
+	}
+	// Output:
+	// Request-Timeout: 1500 -> handler runs, its context ends within 1.5s: true
+	// Request-Timeout: 0 -> 504 application/problem+json
+	// Request-Timeout: soon -> handler runs, without a deadline
 }

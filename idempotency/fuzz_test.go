@@ -1,8 +1,12 @@
 package idempotency
 
 import (
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/internal/lex"
 )
 
 // FuzzKeyReader checks the properties of ParseKey on any input: it does
@@ -48,11 +52,37 @@ func FuzzKeyReader(f *testing.F) {
 				t.Fatalf("ParseKey(%q) = %q holds byte %#x at %d", v, k1, c, i)
 			}
 		}
-		if !strings.HasPrefix(trimOWS(v), `"`) { // accepted as a plain token
+		if !strings.HasPrefix(lex.TrimOWS(v), `"`) { // accepted as a plain token
 			q, err := ParseKey(`"`+k1+`"`, maxLen)
 			if err != nil || q != k1 {
 				t.Fatalf(`ParseKey("\"%s\"") = %q, %v; want %q, nil`, k1, q, err, k1)
 			}
+		}
+	})
+}
+
+// FuzzParseDeadline checks the properties of ParseDeadline on any value:
+// it does not panic; what it accepts is 1 to 12 ASCII digits (white
+// space around them aside) and parses to a whole, non-negative number of
+// milliseconds that prints back to the same digits.
+func FuzzParseDeadline(f *testing.F) {
+	for _, s := range []string{"1500", "0", " 250\t", "000042", "999999999999", "1000000000000", "-5", "+5", "1.5", "2S", "", "１２"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		d, ok := ParseDeadline([]string{v})
+		if !ok {
+			if d != 0 {
+				t.Fatalf("ParseDeadline(%q) = %v, false, want 0", v, d)
+			}
+			return
+		}
+		digits := strings.Trim(v, " \t")
+		if d < 0 || d%time.Millisecond != 0 || len(digits) == 0 || len(digits) > 12 || strings.Trim(digits, "0123456789") != "" {
+			t.Fatalf("ParseDeadline(%q) = %v, true, want only 1-12 digits accepted, as whole milliseconds", v, d)
+		}
+		if got, want := strconv.FormatInt(d.Milliseconds(), 10), strings.TrimLeft(digits, "0"); got != want && !(want == "" && got == "0") {
+			t.Fatalf("ParseDeadline(%q) = %v, want %s ms", v, d, want)
 		}
 	})
 }

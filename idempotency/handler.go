@@ -9,7 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -100,8 +100,14 @@ type HandlerOptions struct {
 	// OnStoreError is called with the errors of Store calls. The request
 	// is answered 503 when Begin fails; errors of Complete and Release
 	// only mean that a retry may run the handler again. Nil means the
-	// errors are logged with the log package.
+	// errors go to Logger.
 	OnStoreError func(r *http.Request, err error)
+
+	// Logger, when OnStoreError is nil, logs the errors of Store calls at
+	// Error level, with the request's method and path. Nil means they are
+	// not logged: the handler writes to no logger the application did not
+	// give it.
+	Logger *slog.Logger
 }
 
 // DefaultCacheable is the default of [HandlerOptions.Cacheable]. It keeps
@@ -205,10 +211,14 @@ func Handler(next http.Handler, o HandlerOptions) http.Handler {
 	if h.retryAfter <= 0 {
 		h.retryAfter = DefaultRetryAfter
 	}
-	if h.onStoreErr == nil {
+	if h.onStoreErr == nil && o.Logger != nil {
 		h.onStoreErr = func(r *http.Request, err error) {
-			log.Printf("idempotency: %s %s: %v", r.Method, r.URL.Path, err)
+			o.Logger.LogAttrs(r.Context(), slog.LevelError, "idempotency: store error",
+				slog.String("http.request.method", r.Method), slog.String("url.path", r.URL.Path), slog.String("error", err.Error()))
 		}
+	}
+	if h.onStoreErr == nil {
+		h.onStoreErr = func(*http.Request, error) {}
 	}
 	return h
 }
@@ -257,6 +267,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	body, status, err := h.readBody(r)
 	if err != nil {
+		if status == http.StatusGatewayTimeout {
+			WriteDeadlineProblem(w, err.Error())
+			return
+		}
 		writeProblem(w, status, err.Error(), 0)
 		return
 	}
@@ -373,6 +387,8 @@ func (h *handler) readBody(r *http.Request) ([]byte, int, error) {
 		body, err = io.ReadAll(&io.LimitedReader{R: r.Body, N: h.maxReq + 1})
 	}
 	switch {
+	case errors.Is(err, ErrCallerDeadline):
+		return nil, http.StatusGatewayTimeout, err // see DeadlineHandler
 	case err != nil:
 		return nil, http.StatusBadRequest, bodyError("idempotency: reading request body: " + err.Error())
 	case r.ContentLength > h.maxReq || int64(len(body)) > h.maxReq:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -520,6 +521,32 @@ func TestHandlerStoreErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Store errors go to the Logger given, and to no logger otherwise.
+func TestHandlerStoreErrorsLogged(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	s := &failingStore{Store: NewMemoryStore(MemoryStoreOptions{}), fail: "Begin"}
+	h := Handler(&charges{}, HandlerOptions{Store: s, Logger: logger})
+	wantProblem(t, serve(h, keyed("k", "x")), 503)
+	got := buf.String()
+	for _, want := range []string{"level=ERROR", `msg="idempotency: store error"`, "http.request.method=POST", "error=\"redis: connection refused\""} {
+		if !strings.Contains(got, want) {
+			t.Errorf("log = %q, want it to contain %q", got, want)
+		}
+	}
+	// No Logger, no OnStoreError: nothing is written anywhere, and the
+	// request is still answered.
+	h = Handler(&charges{}, HandlerOptions{Store: &failingStore{Store: NewMemoryStore(MemoryStoreOptions{}), fail: "Begin"}})
+	wantProblem(t, serve(h, keyed("k", "x")), 503)
 }
 
 func TestHandlerStoredHeaders(t *testing.T) {

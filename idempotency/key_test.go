@@ -81,3 +81,41 @@ func BenchmarkNewKey(b *testing.B) {
 		}
 	})
 }
+
+func TestMatchesHost(t *testing.T) {
+	tests := []struct {
+		hosts []string
+		host  string
+		want  bool
+	}{
+		{nil, "api.openai.com", false},
+		{[]string{"api.openai.com"}, "api.openai.com", true},
+		{[]string{"api.openai.com"}, "api.openai.com:443", true},
+		{[]string{"api.openai.com"}, "API.OpenAI.com:8443", true},
+		{[]string{"API.OPENAI.COM"}, "api.openai.com", true},
+		{[]string{"api.openai.com"}, "api.openai.com.", true},
+		{[]string{"api.openai.com:443"}, "api.openai.com:80", true},
+		{[]string{"api.openai.com"}, "evil-api.openai.com", false},
+		{[]string{"api.openai.com"}, "api.openai.com.evil.test", false},
+		{[]string{"api.openai.com"}, "openai.com", false},
+		{[]string{"*.example.com"}, "a.example.com", true},
+		{[]string{"*.example.com"}, "a.b.Example.COM:8080", true},
+		{[]string{"*.example.com"}, "example.com", false},
+		{[]string{"*.example.com"}, "badexample.com", false},
+		{[]string{"*"}, "anything.test:1", true},
+		{[]string{"*"}, "", true},
+		{[]string{"127.0.0.1"}, "127.0.0.1:8080", true},
+		{[]string{"::1"}, "[::1]:8080", true},
+		{[]string{"[::1]"}, "[::1]:8080", true},
+		{[]string{"::1"}, "[::2]:8080", false},
+		{[]string{"a.test", "b.test"}, "b.test:1", true},
+		{[]string{""}, "", false},
+		{[]string{""}, "a.test", false},
+	}
+	for i, tt := range tests {
+		o := Options{Hosts: tt.hosts}
+		if got := o.MatchesHost(tt.host); got != tt.want {
+			t.Errorf("step %d: Options{Hosts: %q}.MatchesHost(%q) = %v, want %v", i, tt.hosts, tt.host, got, tt.want)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package idempotency
 import (
 	"errors"
 	"strconv"
+
+	"github.com/sturdyhttp/sturdy/internal/lex"
 )
 
 // DefaultMaxKeyLength is the longest key [ParseKey] accepts when given no
@@ -47,7 +49,7 @@ func ParseKey(v string, maxLen int) (string, error) {
 	if maxLen <= 0 {
 		maxLen = DefaultMaxKeyLength
 	}
-	v = trimOWS(v)
+	v = lex.TrimOWS(v)
 	if v == "" {
 		return "", &KeyError{Reason: "empty"}
 	}
@@ -68,58 +70,30 @@ func ParseKey(v string, maxLen int) (string, error) {
 		}
 		return v, nil
 	}
-	// A Structured Field string. Copy only when there is an escape.
-	var buf []byte
-	start, n := 1, 0 // n counts the key's bytes
-	for i := 1; i < len(v); i++ {
-		c := v[i]
-		switch {
-		case c == '\\':
-			if i+1 == len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
-				return "", &KeyError{Reason: "bad escape at byte " + strconv.Itoa(i)}
-			}
-			if buf == nil {
-				buf = make([]byte, 0, len(v))
-			}
-			buf = append(buf, v[start:i]...)
-			start = i + 1
-			i++
-			n++
-		case c == '"':
-			if i != len(v)-1 {
-				return "", &KeyError{Reason: "text after closing quote at byte " + strconv.Itoa(i+1)}
-			}
-			if n == 0 {
-				return "", &KeyError{Reason: "empty"}
-			}
-			if n > maxLen {
-				return "", tooLong(n, maxLen)
-			}
-			if buf == nil {
-				return v[1:i], nil
-			}
-			return string(append(buf, v[start:i]...)), nil
-		case c < 0x20 || c == 0x7f:
-			return "", &KeyError{Reason: "control character at byte " + strconv.Itoa(i)}
-		case c > 0x7f:
-			return "", &KeyError{Reason: "non-ASCII byte at byte " + strconv.Itoa(i)}
-		default:
-			n++
-		}
+	// A Structured Field string.
+	raw, end, ok := lex.ScanString(v)
+	switch {
+	case !ok && end == len(v):
+		return "", &KeyError{Reason: "missing closing quote"}
+	case !ok && v[end] == '\\':
+		return "", &KeyError{Reason: "bad escape at byte " + strconv.Itoa(end)}
+	case !ok && v[end] > 0x7f:
+		return "", &KeyError{Reason: "non-ASCII byte at byte " + strconv.Itoa(end)}
+	case !ok:
+		return "", &KeyError{Reason: "control character at byte " + strconv.Itoa(end)}
+	case end != len(v):
+		return "", &KeyError{Reason: "text after closing quote at byte " + strconv.Itoa(end)}
 	}
-	return "", &KeyError{Reason: "missing closing quote"}
+	key := lex.Unescape(raw)
+	if key == "" {
+		return "", &KeyError{Reason: "empty"}
+	}
+	if len(key) > maxLen {
+		return "", tooLong(len(key), maxLen)
+	}
+	return key, nil
 }
 
 func tooLong(n, maxLen int) error {
 	return &KeyError{Reason: "too long (" + strconv.Itoa(n) + " > " + strconv.Itoa(maxLen) + " bytes)"}
-}
-
-func trimOWS(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
 }

@@ -189,3 +189,28 @@ func TestBudgetHugeSettings(t *testing.T) {
 		})
 	}
 }
+
+func TestBudgetAllows(t *testing.T) {
+	tests := []struct {
+		b            *Budget
+		ops, retries int
+		want         bool
+	}{
+		{&Budget{}, 0, 9, true},
+		{&Budget{}, 0, 10, false},
+		{&Budget{}, 100, 29, true},
+		{&Budget{}, 100, 30, false},
+		{&Budget{Ratio: 0.5, MinRetries: 1}, 4, 2, true},
+		{&Budget{Ratio: 0.5, MinRetries: 1}, 4, 3, false},
+		{&Budget{Ratio: math.Inf(1), MinRetries: 1}, 1, 1 << 40, true},
+	}
+	for i, tt := range tests {
+		if got := tt.b.Allows(tt.ops, tt.retries); got != tt.want {
+			t.Errorf("step %d: %+v.Allows(%d, %d) = %v, want %v", i, tt.b, tt.ops, tt.retries, got, tt.want)
+		}
+	}
+	var b Budget
+	if got := b.Hosts(); got != 0 {
+		t.Errorf("Hosts() of an unused budget = %d, want 0", got)
+	}
+}

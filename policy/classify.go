@@ -23,22 +23,36 @@ type Outcome struct {
 	Err error
 	// Problem is the response's RFC 9457 problem details, when it had any.
 	Problem *Problem
-	// Idempotent reports whether sending the request again is safe: its
-	// method is idempotent or it carries an idempotency key. See
-	// [IsIdempotent].
-	Idempotent bool
-	// Keyed reports whether the request carries an idempotency key.
+	// Attempt is the attempt's number: 1 for the first.
+	Attempt int
+	// Keyed reports whether the request carries an idempotency key
+	// ([HasKey]): every attempt of an operation carries the same one.
 	Keyed bool
+	// NotConnected reports that the attempt ended before any connection
+	// to the server was made (a failed dial, a TLS handshake that failed
+	// or timed out, a proxy that refused): the server cannot have seen the
+	// request. It is known only where it matters: package transport
+	// watches for it (with net/http/httptrace) on requests that are not
+	// [SafeToResend].
+	NotConnected bool
 	// Now is the time the outcome was seen, for Retry-After dates.
 	Now time.Time
 }
 
 // Decision is a [Classifier]'s verdict on an [Outcome].
 type Decision struct {
-	// Retry reports whether another attempt is worth making.
+	// Retry reports whether another attempt is worth making: the outcome
+	// is transient.
 	Retry bool
+	// DidNotAct reports that the outcome proves the server did not act on
+	// the request, so that sending it again is safe whatever the request
+	// is: the connection was never made, a 429, or the server said so
+	// (x-should-retry: true, Stripe-Should-Retry: true, a problem with
+	// is_retriable: true). Without it, a retriable outcome is retried only
+	// for a request that is [SafeToResend]; see [Retry.Next].
+	DidNotAct bool
 	// Reason says why, in a few stable words for logs and hooks:
-	// "status 503", "network error", "problem is_retriable=false", ...
+	// "status 503", "dial error", "problem is_retriable=false", ...
 	Reason string
 	// RetryAfter is the wait the server asked for (Retry-After,
 	// retry-after-ms); valid when HasRetryAfter.
@@ -46,9 +60,12 @@ type Decision struct {
 	HasRetryAfter bool
 }
 
-// Classifier decides whether an attempt's outcome is worth retrying. It
-// must be safe for concurrent use. Custom classifiers can call
-// [DefaultClassifier] for the cases they do not handle.
+// Classifier decides whether an attempt's outcome is worth retrying and
+// whether it proves that the server did not act. It must be safe for
+// concurrent use. Custom classifiers can call [DefaultClassifier] for the
+// cases they do not handle. A classifier never makes a request safe to
+// send twice: [Retry.Next] retries a request that is not [SafeToResend]
+// only on a Decision with DidNotAct.
 type Classifier func(Outcome) Decision
 
 // RetriableError is implemented by errors that know whether the operation
@@ -64,25 +81,34 @@ type RetriableError interface {
 //
 //   - The caller's own cancellation ([context.Canceled]) is never retried.
 //   - An error that implements [RetriableError] decides for itself.
-//   - A request that net/http refuses to send ([CheckRequest]: a bad
-//     scheme, control characters in a header) is not retried.
-//   - A failed dial (the request surely never left) is retried for any
-//     method. TLS certificate errors are not retried. Other network errors,
-//     attempt timeouts included, are retried when the request is idempotent.
+//   - TLS certificate errors are not retried.
+//   - A request that cannot be sent as written ([IsCallerError]: a bad
+//     scheme, control characters in a header, a ContentLength that does
+//     not match the body, a body whose reader fails) is not retried.
+//   - An attempt that never made a connection (a failed dial, refused,
+//     a TLS handshake that failed or timed out: [Outcome].NotConnected)
+//     is retried, and the server did not act on it.
+//   - Other network errors, attempt timeouts included, are retried; the
+//     server may have acted.
 //   - A response below 400 is final: a success is never retried.
 //   - An error response's explicit directive decides next: "x-should-retry:
-//     true|false" (OpenAI, Anthropic) or "Stripe-Should-Retry".
+//     true|false" (OpenAI, Anthropic) or "Stripe-Should-Retry"; true also
+//     says the server did not act.
 //   - Then an RFC 9457 problem body's is_retriable (or its common
-//     spellings), both ways.
-//   - Then the status: 408, 429, 500, 502, 503, 504 and 529 (overloaded)
-//     are retriable; 409 is retriable only when the request carries an
-//     idempotency key, because under the IETF Idempotency-Key draft it
-//     means a request with the same key is still in flight, and a later
-//     attempt gets its stored result; all other statuses are final.
+//     spellings), both ways; true also says the server did not act.
+//   - Then the status: 429 is retried and proves the server did not act;
+//     408, 500, 502, 503, 504 and 529 (overloaded) are retried, but the
+//     server may have acted; 409 is retried only when it can mean that
+//     the same idempotency key is still in flight: the request carries a
+//     key and either an earlier attempt of this operation sent that key
+//     already, or the response says so (Retry-After, or a problem whose
+//     type, title or detail names idempotency, as in the IETF
+//     Idempotency-Key draft). A 409 on a first attempt is otherwise the
+//     server's answer. All other statuses are final.
 //
-// Whatever the response says, a request that is not idempotent is not
-// retried: a POST or PATCH without an idempotency key may have had its
-// side effect already. The wait the server asked for (Retry-After,
+// Whether a retriable outcome is retried also depends on the request:
+// [Retry.Next] sends a request again only when it is [SafeToResend] or
+// the decision has DidNotAct. The wait the server asked for (Retry-After,
 // retry-after-ms) is returned with every decision on an error response; a
 // Retry-After date is measured from the response's Date header when it
 // has one, so that clock skew between client and server does not matter.
@@ -105,27 +131,39 @@ func DefaultClassifier(o Outcome) Decision {
 		retry, decided = *o.Problem.Retriable, true
 		reason = "problem is_retriable=" + strconv.FormatBool(retry)
 	}
-	if !decided {
-		retry, reason = retriableStatus(resp.StatusCode, o.Keyed)
+	if decided {
+		d.Retry, d.DidNotAct, d.Reason = retry, retry, reason
+		return d
 	}
-	if retry && !o.Idempotent {
-		retry, reason = false, reason+", not idempotent"
+	d.Reason = "status " + strconv.Itoa(resp.StatusCode)
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests:
+		d.Retry, d.DidNotAct = true, true
+	case http.StatusRequestTimeout, http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout, 529:
+		d.Retry = true
+	case http.StatusConflict:
+		d.Retry = o.Keyed && (o.Attempt > 1 || d.HasRetryAfter || mentionsIdempotency(o.Problem))
+		if d.Retry {
+			d.Reason = "status 409, key in flight"
+		}
 	}
-	d.Retry, d.Reason = retry, reason
 	return d
 }
 
-func retriableStatus(code int, keyed bool) (bool, string) {
-	reason := "status " + strconv.Itoa(code)
-	switch code {
-	case http.StatusRequestTimeout, http.StatusTooManyRequests,
-		http.StatusInternalServerError, http.StatusBadGateway,
-		http.StatusServiceUnavailable, http.StatusGatewayTimeout, 529:
-		return true, reason
-	case http.StatusConflict:
-		return keyed, reason
+// mentionsIdempotency reports whether a 409's problem details say that a
+// request with the same idempotency key is still being processed, as the
+// IETF Idempotency-Key draft's example and idempotency.Handler do.
+func mentionsIdempotency(p *Problem) bool {
+	if p == nil {
+		return false
 	}
-	return false, reason
+	for _, s := range [...]string{p.Type, p.Title, p.Detail} {
+		if strings.Contains(strings.ToLower(s), "idempotency") {
+			return true
+		}
+	}
+	return false
 }
 
 // directive reads the server's explicit retry directive, if any.
@@ -145,19 +183,6 @@ func directive(h http.Header) (retry bool, reason string, ok bool) {
 	return false, "", false
 }
 
-// ResponseRetryAfter is [ParseRetryAfter] for a response's header h: a
-// Retry-After date is measured from the response's own Date header when it
-// has a valid one, so that a skewed client clock neither stretches nor
-// shrinks the wait; else from now.
-func ResponseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
-	if v := h["Date"]; len(v) > 0 && len(h["Retry-After"]) > 0 {
-		if t, err := http.ParseTime(v[0]); err == nil {
-			now = t
-		}
-	}
-	return ParseRetryAfter(h, now)
-}
-
 func classifyError(o Outcome) Decision {
 	err := o.Err
 	if errors.Is(err, context.Canceled) {
@@ -173,21 +198,20 @@ func classifyError(o Outcome) Decision {
 	if isCertError(err) {
 		return Decision{Reason: "tls certificate error"}
 	}
-	if o.Request != nil && CheckRequest(o.Request) != nil {
+	if IsCallerError(o.Request, err) {
 		return Decision{Reason: "invalid request"}
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		return Decision{Retry: true, Reason: "dial error"}
+		return Decision{Retry: true, DidNotAct: true, Reason: "dial error"}
 	}
-	reason := "network error"
+	if o.NotConnected {
+		return Decision{Retry: true, DidNotAct: true, Reason: "no connection"}
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		reason = "attempt timeout"
+		return Decision{Retry: true, Reason: "attempt timeout"}
 	}
-	if !o.Idempotent {
-		return Decision{Reason: reason + ", not idempotent"}
-	}
-	return Decision{Retry: true, Reason: reason}
+	return Decision{Retry: true, Reason: "network error"}
 }
 
 func isCertError(err error) bool {
@@ -199,27 +223,4 @@ func isCertError(err error) bool {
 	)
 	return errors.As(err, &unknown) || errors.As(err, &invalid) ||
 		errors.As(err, &hostname) || errors.As(err, &verify)
-}
-
-// IsIdempotent reports whether req may be sent more than once without a
-// second side effect: GET, HEAD, OPTIONS, TRACE, PUT and DELETE are
-// idempotent by RFC 9110 §9.2.2; any other method only when the request
-// carries the idempotency key header keyHeader ("Idempotency-Key" when
-// empty).
-func IsIdempotent(req *http.Request, keyHeader string) bool {
-	if idempotentMethod(req.Method) {
-		return true
-	}
-	if keyHeader == "" {
-		keyHeader = "Idempotency-Key"
-	}
-	return req.Header.Get(keyHeader) != ""
-}
-
-func idempotentMethod(m string) bool {
-	switch m {
-	case "", "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
-		return true
-	}
-	return false
 }

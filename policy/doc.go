@@ -2,7 +2,10 @@
 // another attempt ([DefaultClassifier]), how long to wait before it
 // ([Backoff] curves, [ParseRetryAfter]), what the server said about the
 // error ([ParseProblem], RFC 9457), which requests are safe to send twice
-// ([IsIdempotent]), and how many retries a host can take ([Budget]).
+// ([SafeToResend]), which outcomes prove the server did not act
+// ([Decision].DidNotAct), which errors are the caller's own
+// ([IsCallerError]), what follows an attempt and why ([Retry.Next],
+// [Reason]), and how many retries a host can take ([Budget]).
 //
 // Nothing here does I/O or reads the clock: functions that need the time
 // take a now argument, so every decision is tested without a network.

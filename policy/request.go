@@ -4,19 +4,27 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+
+	"github.com/sturdyhttp/sturdy/internal/lex"
 )
 
-// ErrInvalidRequest is matched by the errors of [CheckRequest].
+// ErrInvalidRequest is matched by every error that says a request cannot
+// be sent as written: the errors of [CheckRequest], and a [*BodyError].
+// Such a request fails however often it is tried, and says nothing about
+// the host it was meant for.
 var ErrInvalidRequest = errors.New("policy: invalid request")
 
 // CheckRequest reports why net/http would refuse to send r, or nil: a
 // missing URL or host, a scheme other than http and https, a method or a
-// header field name that is not a token, or a header value with control
-// characters. Such a request fails every time it is tried, so
-// [DefaultClassifier] never retries it, and a circuit breaker should not
-// count it against the host. net/http reports these cases with errors of
-// no particular type; checking the request is more reliable than
-// matching their text.
+// header field name that is not a token, a header value with control
+// characters, or a positive ContentLength with no body. Such a request
+// fails every time it is tried, so it is never retried and a circuit
+// breaker does not count it against the host (see [IsCallerError]).
+// net/http reports these cases with errors of no particular type; checking
+// the request is more reliable than matching their text.
+//
+// A body that holds more or fewer bytes than ContentLength, or whose
+// reader fails, is only found out while it is sent: see [BodyError].
 func CheckRequest(r *http.Request) error {
 	switch {
 	case r.URL == nil:
@@ -25,11 +33,13 @@ func CheckRequest(r *http.Request) error {
 		return invalid("unsupported scheme " + strconv.Quote(r.URL.Scheme))
 	case r.URL.Host == "" && r.Host == "":
 		return invalid("no host")
-	case r.Method != "" && !isToken(r.Method):
+	case r.Method != "" && !lex.IsToken(r.Method):
 		return invalid("method " + strconv.Quote(r.Method) + " is not a token")
+	case r.ContentLength > 0 && (r.Body == nil || r.Body == http.NoBody):
+		return invalid("ContentLength " + strconv.FormatInt(r.ContentLength, 10) + " with no body")
 	}
 	for name, values := range r.Header {
-		if !isToken(name) {
+		if !lex.IsToken(name) {
 			return invalid("header field name " + strconv.Quote(name) + " is not a token")
 		}
 		for _, v := range values {
@@ -41,6 +51,59 @@ func CheckRequest(r *http.Request) error {
 	return nil
 }
 
+// IsCallerError reports whether err, the outcome of sending req, is the
+// caller's own error rather than the host's: req cannot be sent as
+// written ([CheckRequest]), or err matches [ErrInvalidRequest] (a
+// [*BodyError]: a ContentLength that does not match the body, a body
+// whose reader failed). Such an outcome is returned at once, is never
+// retried, and never counts against the host: not in a circuit breaker,
+// not in a retry budget. Every layer that judges outcomes asks this
+// question the same way.
+func IsCallerError(req *http.Request, err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrInvalidRequest) {
+		return true
+	}
+	return req != nil && CheckRequest(req) != nil
+}
+
+// BodyError says that a request body could not be sent as written: its
+// reader failed, or it held more or fewer bytes than the request's
+// ContentLength. net/http reports the first with the reader's own error
+// (wrapped in a [*net.OpError] with Op "readfrom" when it copies the body
+// straight to the socket) and the second as "http: ContentLength=N with
+// Body length M", neither of a type a caller can match; package transport
+// wraps each attempt's body so that both arrive as a *BodyError, which
+// matches [ErrInvalidRequest].
+type BodyError struct {
+	ContentLength int64 // the length the request declared; -1 when unknown
+	Read          int64 // the bytes the body gave before the error
+	Err           error // the reader's error; nil when the length is wrong
+}
+
+func (e *BodyError) Error() string {
+	if e.Err != nil {
+		return "policy: invalid request: reading the body: " + e.Err.Error()
+	}
+	return "policy: invalid request: ContentLength " + strconv.FormatInt(e.ContentLength, 10) +
+		" but the body holds " + e.held()
+}
+
+func (e *BodyError) held() string {
+	if e.Read > e.ContentLength {
+		return "more"
+	}
+	return strconv.FormatInt(e.Read, 10) + " bytes"
+}
+
+// Is reports whether target is [ErrInvalidRequest].
+func (e *BodyError) Is(target error) bool { return target == ErrInvalidRequest }
+
+// Unwrap returns the reader's error, if any.
+func (e *BodyError) Unwrap() error { return e.Err }
+
 func invalid(why string) error {
 	return &invalidRequestError{why}
 }
@@ -50,24 +113,6 @@ type invalidRequestError struct{ why string }
 func (e *invalidRequestError) Error() string { return "policy: invalid request: " + e.why }
 func (e *invalidRequestError) Is(target error) bool {
 	return target == ErrInvalidRequest
-}
-
-// isToken reports whether s is an RFC 9110 token.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case c == '!', c == '#', c == '$', c == '%', c == '&', c == '\'', c == '*',
-			c == '+', c == '-', c == '.', c == '^', c == '_', c == '`', c == '|', c == '~':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // validFieldValue reports whether v has no control characters but space

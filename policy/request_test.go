@@ -2,8 +2,12 @@ package policy
 
 import (
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -44,5 +48,59 @@ func TestCheckRequest(t *testing.T) {
 	}
 	if err := CheckRequest(&http.Request{Method: "GET"}); err == nil {
 		t.Error("CheckRequest(no URL) = nil, want an error")
+	}
+}
+
+func TestCheckRequestContentLengthWithoutBody(t *testing.T) {
+	for _, body := range []io.ReadCloser{nil, http.NoBody} {
+		r := &http.Request{Method: "POST", URL: &url.URL{Scheme: "https", Host: "api.test"}, ContentLength: 3, Body: body}
+		if err := CheckRequest(r); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("CheckRequest(ContentLength 3, body %v) = %v, want ErrInvalidRequest", body, err)
+		}
+	}
+}
+
+func TestIsCallerError(t *testing.T) {
+	good, _ := http.NewRequest("POST", "https://api.test/", strings.NewReader("abc"))
+	bad := good.Clone(good.Context())
+	bad.URL.Scheme = "ftp"
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	tests := []struct {
+		name string
+		req  *http.Request
+		err  error
+		want bool
+	}{
+		{"no error", good, nil, false},
+		{"no error on a bad request", bad, nil, false},
+		{"network error", good, reset, false},
+		{"request net/http refuses", bad, errors.New(`unsupported protocol scheme "ftp"`), true},
+		{"body too short", good, &BodyError{ContentLength: 5, Read: 3}, true},
+		{"body reader failed, copied by readfrom", good, &net.OpError{Op: "readfrom", Err: &BodyError{ContentLength: -1, Err: io.ErrClosedPipe}}, true},
+		{"wrapped by url.Error", nil, &url.Error{Op: "Post", URL: "https://api.test/", Err: &BodyError{ContentLength: 3, Read: 4}}, true},
+	}
+	for _, tt := range tests {
+		if got := IsCallerError(tt.req, tt.err); got != tt.want {
+			t.Errorf("%s: IsCallerError = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestBodyErrorMessage(t *testing.T) {
+	tests := []struct {
+		err  *BodyError
+		want string
+	}{
+		{&BodyError{ContentLength: 10, Read: 3}, "policy: invalid request: ContentLength 10 but the body holds 3 bytes"},
+		{&BodyError{ContentLength: 3, Read: 4}, "policy: invalid request: ContentLength 3 but the body holds more"},
+		{&BodyError{ContentLength: -1, Read: 7, Err: io.ErrClosedPipe}, "policy: invalid request: reading the body: io: read/write on closed pipe"},
+	}
+	for _, tt := range tests {
+		if got := tt.err.Error(); got != tt.want {
+			t.Errorf("Error() = %q, want %q", got, tt.want)
+		}
+	}
+	if !errors.Is((&BodyError{Err: io.ErrClosedPipe}), io.ErrClosedPipe) {
+		t.Error("errors.Is(BodyError, its reader's error) = false, want true")
 	}
 }

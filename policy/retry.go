@@ -20,7 +20,31 @@ const (
 // The zero value is ready to use and means the documented defaults.
 type Retry struct {
 	// MaxAttempts is the number of attempts, the first one included.
-	// Zero means [DefaultMaxAttempts] (4); 1 means no retries.
+	// Zero means [DefaultMaxAttempts] (4); 1 means no retries. It is an
+	// upper bound, and three things end an operation sooner:
+	//
+	//   - The retry budget (Budget; transport.New sets one by default)
+	//     allows each host's retries to be at most 10 + 20% of its recent
+	//     operations: a small client that calls a failing host over and
+	//     over makes 4 attempts on its first calls, then fewer, then 1,
+	//     until the host recovers. Such an operation ends with
+	//     [ReasonBudgetSpent], in the returned error (transport.RetryError)
+	//     and in OnGiveUp.
+	//   - A request is sent again only when that is safe
+	//     ([SafeToResend], or an outcome that proves the server did not
+	//     act): a POST nobody vouched for that fails with a 503 is sent
+	//     once ([ReasonNotSafe]).
+	//   - An open breaker, a deadline or a long Retry-After end it early
+	//     ([ReasonRefused], [ReasonWaitPastDeadline],
+	//     [ReasonRetryAfterTooLong]).
+	//
+	// net/http itself may send one attempt twice, below this count and
+	// unseen by OnAttempt: on a reused keep-alive connection that the
+	// server closed, it replays a request it takes as safe (GET, HEAD,
+	// OPTIONS, TRACE, and a request with an Idempotency-Key or
+	// X-Idempotency-Key header), or one of which it wrote no byte. Every
+	// request it replays is one sturdy would retry too: sturdy adds a key
+	// header only to requests that are vouched for.
 	MaxAttempts int
 
 	// Backoff gives the wait before each retry. The wait used is the
@@ -54,8 +78,9 @@ type Retry struct {
 	// not read.
 	MaxProblemBody int64
 
-	// IdempotencyHeader is the request header whose presence makes a POST
-	// or PATCH safe to retry. Empty means "Idempotency-Key".
+	// IdempotencyHeader is the request header whose key makes a POST or
+	// PATCH safe to send again ([SafeToResend]). Empty means
+	// "Idempotency-Key".
 	IdempotencyHeader string
 
 	// Budget bounds retries to a fraction of recent traffic per host, so a
@@ -88,7 +113,8 @@ type AttemptEvent struct {
 type GiveUpEvent struct {
 	Request  *http.Request // the caller's request
 	Attempts int           // attempts made
-	Reason   string        // why no further attempt is made
+	Reason   Reason        // why no further attempt is made
+	Detail   string        // the classifier's words on the last outcome ("status 503"), or the refusal
 	Status   int           // the last attempt's status, 0 when it ended in an error
 	Err      error         // the last attempt's error
 }
@@ -103,59 +129,32 @@ type RetryEvent struct {
 	Err     error         // the previous attempt's error, nil when it got a response
 }
 
-// Attempts returns MaxAttempts or its default.
-func (p Retry) Attempts() int {
+// WithDefaults returns p with each zero field set to its documented
+// default: MaxAttempts, Backoff, MaxRetryAfter, Classify,
+// MaxBufferedBody, MaxProblemBody and IdempotencyHeader. Negative limits
+// stay negative (they mean "none"). Package transport reads a policy
+// through it.
+func (p Retry) WithDefaults() Retry {
 	if p.MaxAttempts <= 0 {
-		return DefaultMaxAttempts
+		p.MaxAttempts = DefaultMaxAttempts
 	}
-	return p.MaxAttempts
-}
-
-// BackoffFunc returns Backoff or its default.
-func (p Retry) BackoffFunc() Backoff {
 	if p.Backoff == nil {
-		return FullJitter(DefaultBackoffBase, DefaultBackoffMax)
+		p.Backoff = FullJitter(DefaultBackoffBase, DefaultBackoffMax)
 	}
-	return p.Backoff
-}
-
-// RetryAfterLimit returns MaxRetryAfter or its default; a negative result
-// means that no server-asked wait is honoured.
-func (p Retry) RetryAfterLimit() time.Duration {
 	if p.MaxRetryAfter == 0 {
-		return DefaultMaxRetryAfter
+		p.MaxRetryAfter = DefaultMaxRetryAfter
 	}
-	return p.MaxRetryAfter
-}
-
-// Classifier returns Classify or [DefaultClassifier].
-func (p Retry) Classifier() Classifier {
 	if p.Classify == nil {
-		return DefaultClassifier
+		p.Classify = DefaultClassifier
 	}
-	return p.Classify
-}
-
-// BufferLimit returns MaxBufferedBody or its default; negative means none.
-func (p Retry) BufferLimit() int64 {
 	if p.MaxBufferedBody == 0 {
-		return DefaultMaxBufferedBody
+		p.MaxBufferedBody = DefaultMaxBufferedBody
 	}
-	return p.MaxBufferedBody
-}
-
-// ProblemLimit returns MaxProblemBody or its default; negative means none.
-func (p Retry) ProblemLimit() int64 {
 	if p.MaxProblemBody == 0 {
-		return DefaultMaxProblemBody
+		p.MaxProblemBody = DefaultMaxProblemBody
 	}
-	return p.MaxProblemBody
-}
-
-// KeyHeader returns IdempotencyHeader or "Idempotency-Key".
-func (p Retry) KeyHeader() string {
 	if p.IdempotencyHeader == "" {
-		return "Idempotency-Key"
+		p.IdempotencyHeader = "Idempotency-Key"
 	}
-	return p.IdempotencyHeader
+	return p
 }

@@ -21,8 +21,8 @@ type QuotaError struct {
 	// Wait is how long the request would have had to wait, from the
 	// moment it was rejected.
 	Wait time.Duration
-	// Reason says what the wait was for: [ReasonQuota],
-	// [ReasonRetryAfter], [ReasonClientRate] or [ReasonReleaseRate].
+	// Reason says what the wait was for: one of the Reason constants
+	// ([ReasonQuota], [ReasonRetryAfter], ...).
 	Reason string
 }
 

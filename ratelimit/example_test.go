@@ -50,7 +50,8 @@ func ExampleTracker() {
 	tr.Observe(req, h)
 
 	for i := 1; i <= 3; i++ {
-		err := tr.Wait(req)
+		res, err := tr.Reserve(req)
+		res.Settle(nil) // sent; its response, if any, would go here
 		var qe *ratelimit.QuotaError
 		if errors.As(err, &qe) {
 			// The reset is 30 s away, past MaxWait: fail now, not in 5 s.

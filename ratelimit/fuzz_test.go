@@ -59,37 +59,3 @@ func FuzzParseHeaders(f *testing.F) {
 		}
 	})
 }
-
-// FuzzSFList checks the Structured Field List parser: no panic, the same
-// answer twice, and that a valid list stays valid, one member longer,
-// when a member is appended.
-func FuzzSFList(f *testing.F) {
-	f.Add(`"default";q=100;w=60`)
-	f.Fuzz(func(t *testing.T, s string) {
-		n, ok := sfCount(s)
-		n2, ok2 := sfCount(s)
-		if n != n2 || ok != ok2 {
-			t.Fatalf("not deterministic: %d, %v then %d, %v", n, ok, n2, ok2)
-		}
-		l := newSFList(s)
-		for {
-			m, more := l.next()
-			if !more {
-				break
-			}
-			// Parameters of a parsed member always parse again.
-			if m.params != "" {
-				p := sfList{s: m.params}
-				if !p.parameters() || p.i != len(m.params) {
-					t.Fatalf("member params %q of %q do not parse", m.params, s)
-				}
-			}
-			sfName(m.item)
-		}
-		if ok && n > 0 {
-			if n3, ok3 := sfCount(s + ", 1"); !ok3 || n3 != n+1 {
-				t.Errorf("%q valid with %d members, but with \", 1\" appended: %d members, valid %v", s, n, n3, ok3)
-			}
-		}
-	})
-}

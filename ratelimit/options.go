@@ -45,15 +45,26 @@ type Options struct {
 	MaxWait time.Duration
 
 	// Key returns the key that quota state is kept under. Nil means the
-	// request URL's scheme and host, port included ("https://api.example.com"),
-	// the same key as transport.HostKey, so quotas, breakers and retry
-	// budgets line up.
+	// request URL's scheme and host, lowercased, the scheme's default
+	// port left out ("https://api.example.com"), the one host key of the
+	// module, so quotas, breakers and retry budgets line up. Within a
+	// key, quotas are kept per resource (see [Tracker]); a custom key
+	// (one per model, say) splits them further.
 	Key func(*http.Request) string
 
-	// MaxHosts bounds how many keys are tracked. When it is reached, the
-	// keys idle the longest (no pause, no waiter) are dropped to make
-	// room. Zero means [DefaultMaxHosts] (4096).
+	// MaxHosts bounds how many keys are tracked, each with at most 8
+	// quotas and 32 routes. Keys unused the longest are dropped to make
+	// room, unless something of theirs still holds requests back (a
+	// waiter, a pause, an exhausted quota whose reset is ahead); a key
+	// whose reset has passed can go. When nothing can go, a new key is
+	// not tracked. Zero means [DefaultMaxHosts] (4096).
 	MaxHosts int
+
+	// Store shares quotas with the other processes of a fleet: a
+	// fleet-wide rate per host, and the pauses and exhausted quotas any
+	// process sees (see [QuotaStore]; the fleet module implements it on
+	// Redis). Nil means each process knows only what it sees itself.
+	Store QuotaStore
 
 	// OnWait, when set, is called before a request waits, with the key,
 	// how long and why. It runs on the request's goroutine and must not
@@ -72,6 +83,8 @@ const (
 	ReasonClientRate  = "client-rate" // the client-side limiter (Options.Rate)
 	ReasonAwaitQuota  = "await-quota" // the window rolled over and its new reset is not known yet
 	ReasonReleaseRate = "release"     // spreading the requests released at the end of a pause
+	ReasonThrottle    = "throttle"    // the rate learned from 429s that gave no hint
+	ReasonFleet       = "fleet"       // the fleet's shared rate, or a pause another process saw (Options.Store)
 )
 
 // WaitEvent describes a wait about to happen.

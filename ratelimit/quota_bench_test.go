@@ -60,8 +60,8 @@ func BenchmarkParseHeaders(b *testing.B) {
 	}
 }
 
-// BenchmarkTracker is one request's worth of tracking: Wait before it,
-// Observe after, with a quota far from exhausted.
+// BenchmarkTracker is one request's worth of tracking: Reserve before
+// it, Settle after, with a quota far from exhausted.
 func BenchmarkTracker(b *testing.B) {
 	for _, name := range []string{"none", "github", "ietf-structured"} {
 		var h http.Header
@@ -81,12 +81,14 @@ func BenchmarkTracker(b *testing.B) {
 		b.Run(name+"/serial", func(b *testing.B) {
 			tr := NewTracker(Options{})
 			r, _ := http.NewRequest("GET", "https://api.example.com/v1", nil)
+			resp := &http.Response{StatusCode: 200, Header: h}
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := tr.Wait(r); err != nil {
+				res, err := tr.Reserve(r)
+				if err != nil {
 					b.Fatal(err)
 				}
-				tr.Observe(r, h)
+				res.Settle(resp)
 			}
 		})
 		b.Run(name+"/parallel", func(b *testing.B) {
@@ -94,11 +96,13 @@ func BenchmarkTracker(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				r, _ := http.NewRequest("GET", "https://api.example.com/v1", nil)
+				resp := &http.Response{StatusCode: 200, Header: h}
 				for pb.Next() {
-					if err := tr.Wait(r); err != nil {
+					res, err := tr.Reserve(r)
+					if err != nil {
 						b.Fatal(err)
 					}
-					tr.Observe(r, h)
+					res.Settle(resp)
 				}
 			})
 		})

@@ -35,17 +35,25 @@ func quotaHeader(limit, remaining int, reset time.Duration) http.Header {
 	)
 }
 
+// waitFor reserves r's place and settles it as sent with no news, as
+// a request that went and got no quota headers back.
+func waitFor(tr *Tracker, r *http.Request) error {
+	res, err := tr.Reserve(r)
+	res.Settle(nil)
+	return err
+}
+
 // timedWait calls Wait and returns its error and how long it took.
 func timedWait(tr *Tracker, r *http.Request) (time.Duration, error) {
 	start := time.Now()
-	err := tr.Wait(r)
+	err := waitFor(tr, r)
 	return time.Since(start), err
 }
 
 func TestTrackerNothingKnown(t *testing.T) {
 	tr := NewTracker(Options{})
 	r := newReq(t, nil, "https://api.example.com/x")
-	if err := tr.Wait(r); err != nil {
+	if err := waitFor(tr, r); err != nil {
 		t.Fatalf("Wait = %v, want nil", err)
 	}
 	tr.Observe(r, hdr("Content-Type", "text/plain"))
@@ -238,7 +246,8 @@ func TestTrackerUpdate(t *testing.T) {
 
 func TestTrackerPauseSharedAndSpread(t *testing.T) {
 	// A 429 with Retry-After: 5: a hundred goroutines send nothing for
-	// 5 s, then are let go one by one, not in one burst.
+	// 5 s, then are let go one by one, not in one burst, over at most a
+	// second.
 	synctest.Test(t, func(t *testing.T) {
 		var waits sync.Map
 		tr := NewTracker(Options{OnWait: func(e WaitEvent) { waits.Store(e.Reason, true) }})
@@ -253,7 +262,7 @@ func TestTrackerPauseSharedAndSpread(t *testing.T) {
 		for range 100 {
 			wg.Go(func() {
 				r := newReq(t, nil, "https://api.example.com/x")
-				if err := tr.Wait(r); err != nil {
+				if err := waitFor(tr, r); err != nil {
 					t.Errorf("Wait = %v, want nil", err)
 					return
 				}
@@ -270,8 +279,9 @@ func TestTrackerPauseSharedAndSpread(t *testing.T) {
 		if out[0] != 5*time.Second {
 			t.Errorf("first request let through at %v, want 5s", out[0])
 		}
-		// DefaultReleaseRate is 20/s with a burst of 1: one every 50 ms.
-		if got, want := out[99]-out[0], 99*time.Second/20; got != want {
+		// At DefaultReleaseRate (20/s) a hundred would take 5 s: the
+		// spread is cut to a second, one every 10 ms.
+		if got, want := out[99]-out[0], 99*10*time.Millisecond; got != want {
 			t.Errorf("spread = %v, want %v", got, want)
 		}
 		perInstant := map[time.Duration]int{}
@@ -359,7 +369,7 @@ func TestTrackerRollsKnownWindow(t *testing.T) {
 		tr.Observe(r, hdr("RateLimit-Policy", `"p";q=2;w=10`, "RateLimit", `"p";r=0;t=5`))
 		var at []time.Duration
 		for range 3 {
-			if err := tr.Wait(r); err != nil {
+			if err := waitFor(tr, r); err != nil {
 				t.Fatalf("Wait = %v", err)
 			}
 			at = append(at, time.Since(start))
@@ -389,7 +399,7 @@ func TestTrackerAwaitsNewWindow(t *testing.T) {
 		)
 		for range 5 {
 			wg.Go(func() {
-				if err := tr.Wait(newReq(t, nil, "https://api.example.com/x")); err != nil {
+				if err := waitFor(tr, newReq(t, nil, "https://api.example.com/x")); err != nil {
 					t.Errorf("Wait = %v", err)
 					return
 				}
@@ -398,19 +408,19 @@ func TestTrackerAwaitsNewWindow(t *testing.T) {
 				mu.Unlock()
 			})
 		}
-		// The first three of the new window are let go 50 ms apart.
-		time.Sleep(2 * time.Second)
+		// The first three of the new window are let go at its start.
+		time.Sleep(1500 * time.Millisecond)
 		mu.Lock()
 		if got := len(out); got != 3 {
 			t.Errorf("%d requests let through before the new window's news, want 3", got)
 		}
 		mu.Unlock()
-		// A response of the new window: exhausted, resets at +10s.
+		// A response of the new window: exhausted, resets at +9.5s.
 		tr.Observe(r, quotaHeader(3, 0, 8*time.Second))
 		wg.Wait()
 		slices.Sort(out)
-		if got := out[3]; got != 10*time.Second {
-			t.Errorf("fourth request let through at %v, want 10s", got)
+		if got := out[3]; got != 9500*time.Millisecond {
+			t.Errorf("fourth request let through at %v, want 9.5s", got)
 		}
 	})
 }
@@ -422,7 +432,7 @@ func TestTrackerAwaitsNewWindowAtMostASecond(t *testing.T) {
 		tr.Observe(r, quotaHeader(1, 0, time.Second))
 		start := time.Now()
 		for i, want := range []time.Duration{time.Second, 2 * time.Second} {
-			if err := tr.Wait(r); err != nil {
+			if err := waitFor(tr, r); err != nil {
 				t.Fatalf("Wait = %v", err)
 			}
 			if got := time.Since(start); got != want {
@@ -439,7 +449,7 @@ func TestTrackerClientRate(t *testing.T) {
 		r := newReq(t, nil, "https://api.example.com/x")
 		start := time.Now()
 		for range 20 {
-			if err := tr.Wait(r); err != nil {
+			if err := waitFor(tr, r); err != nil {
 				t.Fatalf("Wait = %v", err)
 			}
 		}
@@ -454,7 +464,7 @@ func TestTrackerClientRate(t *testing.T) {
 		tr.Observe(r, hdr("RateLimit-Policy", `"default";q=100;w=1`))
 		start = time.Now()
 		for range 20 {
-			if err := tr.Wait(r); err != nil {
+			if err := waitFor(tr, r); err != nil {
 				t.Fatalf("Wait = %v", err)
 			}
 		}
@@ -468,10 +478,10 @@ func TestTrackerClientRateFailsFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := NewTracker(Options{Rate: 1, MaxWait: 500 * time.Millisecond})
 		r := newReq(t, nil, "https://api.example.com/x")
-		if err := tr.Wait(r); err != nil {
+		if err := waitFor(tr, r); err != nil {
 			t.Fatalf("first Wait = %v", err)
 		}
-		err := tr.Wait(r)
+		err := waitFor(tr, r)
 		var qe *QuotaError
 		if !errors.As(err, &qe) || qe.Reason != ReasonClientRate || qe.Wait != time.Second {
 			t.Fatalf("second Wait = %v, want a client-rate QuotaError of 1s", err)
@@ -541,7 +551,7 @@ func TestTrackerConcurrent(t *testing.T) {
 			wg.Go(func() {
 				for i := range 50 {
 					r := newReq(t, nil, fmt.Sprintf("https://h%d.example.com/", (g+i)%6))
-					if err := tr.Wait(r); err != nil && !errors.Is(err, ErrQuotaExhausted) {
+					if err := waitFor(tr, r); err != nil && !errors.Is(err, ErrQuotaExhausted) {
 						t.Errorf("Wait = %v", err)
 					}
 					switch i % 3 {

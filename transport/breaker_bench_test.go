@@ -65,7 +65,7 @@ func BenchmarkBreaker(b *testing.B) {
 					}
 				})
 				if mode == "breaker" {
-					if got := rt.(*breakerTransport).count.Load(); got != int64(hosts) {
+					if got := rt.(*breakerTransport).b.slot.Registry().Len(); got != hosts {
 						b.Errorf("breakers = %d, want %d", got, hosts)
 					}
 				}

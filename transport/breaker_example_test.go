@@ -56,12 +56,12 @@ func ExampleBreaker() {
 	get()
 	// Output:
 	// 503 Service Unavailable
-	// breaker http://api.test:80: closed -> open
+	// breaker http://api.test: closed -> open
 	// 503 Service Unavailable
 	// error, circuit open: true
 	// requests that reached the server: 2
-	// breaker http://api.test:80: open -> half-open
-	// breaker http://api.test:80: half-open -> closed
+	// breaker http://api.test: open -> half-open
+	// breaker http://api.test: half-open -> closed
 	// 200 OK
 	// 200 OK
 }
@@ -92,7 +92,7 @@ func ExampleCircuitOpenError() {
 		fmt.Println("retry in about:", ce.RetryIn.Round(time.Minute))
 	}
 	// Output:
-	// key: http://payments.test:80
+	// key: http://payments.test
 	// state: open
 	// retry in about: 1m0s
 }

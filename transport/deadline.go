@@ -12,10 +12,13 @@ import (
 // carries a context whose deadline is d from now, unless the caller's
 // context already has a tighter one (then the request passes untouched).
 //
-// The deadline covers the response body too: it is released when the body
-// is read to its end or closed, never when RoundTrip returns, so a
-// streamed body stays readable (until d runs out). When RoundTrip fails it
-// is released at once.
+// The deadline covers the response body too, whatever it is: it is
+// released when the body is read to its end or closed, never when
+// RoundTrip returns, so a streamed body stays readable until d runs out,
+// and no longer. Deadline is a hard limit; [New] uses finer bounds for
+// its Timeout, AttemptTimeout and IdleTimeout, which let a stream (an SSE
+// or NDJSON body) run for as long as it makes progress. When RoundTrip
+// fails the deadline is released at once.
 //
 // Placed twice, Deadline gives a whole-operation budget and a per-attempt
 // limit: Chain(base, Deadline(total), Retry(p), Deadline(perAttempt)). An
@@ -33,22 +36,34 @@ func Deadline(d time.Duration) Middleware {
 		if d <= 0 {
 			return next
 		}
-		return &deadline{next: next, d: d, cause: &DeadlineError{Limit: d}}
+		return newBound(next, boundAll, d, 0, "", 0)
 	}
 }
 
-// DeadlineError is the cause of a request context that [Deadline] ended:
-// net/http returns it when the request runs out of time, and
+// DeadlineError is the cause of a request context that a bound ended
+// ([Deadline], or the Timeout, AttemptTimeout or IdleTimeout of [New]):
+// the stack returns it when a request or its body runs out of time, and
 // [context.Cause] gives it. It matches [context.DeadlineExceeded] with
 // errors.Is, and its Timeout method reports true. A [Breaker] counts a
-// request that ran out of a Deadline's time as a failure of its host,
+// request that ran out of a bound's time as a failure of its host,
 // unlike one that ran out of the caller's own deadline.
 type DeadlineError struct {
-	Limit time.Duration // the Deadline that ran out
+	// Bound names the bound: "Timeout", "AttemptTimeout" or
+	// "IdleTimeout" for those of [New], empty for a [Deadline].
+	Bound string
+	// Limit is the bound's value: the deadline, or for IdleTimeout how
+	// long a body may go without delivering a byte.
+	Limit time.Duration
 }
 
 func (e *DeadlineError) Error() string {
-	return "transport: deadline of " + e.Limit.String() + " exceeded"
+	switch e.Bound {
+	case "":
+		return "transport: deadline of " + e.Limit.String() + " exceeded"
+	case boundIdle:
+		return "transport: IdleTimeout of " + e.Limit.String() + " exceeded: the response body delivered no byte for " + e.Limit.String()
+	}
+	return "transport: " + e.Bound + " of " + e.Limit.String() + " exceeded"
 }
 
 // Is reports whether target is [context.DeadlineExceeded].
@@ -56,42 +71,6 @@ func (e *DeadlineError) Is(target error) bool { return target == context.Deadlin
 
 // Timeout reports true: the request timed out.
 func (e *DeadlineError) Timeout() bool { return true }
-
-type deadline struct {
-	next  http.RoundTripper
-	d     time.Duration
-	cause *DeadlineError
-}
-
-func (t *deadline) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= t.d {
-		return t.next.RoundTrip(req)
-	}
-	ctx, cancel := context.WithTimeoutCause(ctx, t.d, t.cause)
-	// One allocation holds the request copy and the body wrapper that will
-	// release the context: WithContext is inlined, so its copy stays on
-	// the stack until it is copied here.
-	a := &deadlineAttempt{req: *req.WithContext(ctx)}
-	resp, err := t.next.RoundTrip(&a.req)
-	if err == nil && resp != nil && resp.Body != nil && resp.Body != http.NoBody {
-		if _, rw := resp.Body.(io.ReadWriteCloser); !rw {
-			a.body = cancelBody{ReadCloser: resp.Body, cancel: cancel}
-			resp.Body = &a.body
-			return resp, nil
-		}
-	}
-	return releaseWithBody(resp, err, cancel)
-}
-
-// deadlineAttempt is the request a Deadline sends and the wrapper of its
-// response's body, allocated together.
-type deadlineAttempt struct {
-	req  http.Request
-	body cancelBody
-}
-
-func (t *deadline) CloseIdleConnections() { closeIdle(t.next) }
 
 // releaseWithBody arranges for cancel to run when resp's body is done
 // with: at once on error or for a response without a body, else when the
@@ -143,8 +122,10 @@ func (b *cancelBodyRW) Write(p []byte) (int, error) { return b.w.Write(p) }
 
 // CloseWrite half-closes the upgraded connection, as net/http's own 101
 // body allows.
-func (b *cancelBodyRW) CloseWrite() error {
-	if cw, ok := b.w.(interface{ CloseWrite() error }); ok {
+func (b *cancelBodyRW) CloseWrite() error { return closeWrite(b.w) }
+
+func closeWrite(w io.Writer) error {
+	if cw, ok := w.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
 	return errors.ErrUnsupported

@@ -49,7 +49,7 @@ func ExampleIdempotencyKey() {
 		httptestutil.Handler(payments).Forever(),
 	)
 	client := &http.Client{Transport: transport.Chain(httptestutil.NewHandlerTransport(lost),
-		transport.IdempotencyKey(idempotency.Options{}),
+		transport.IdempotencyKey(idempotency.Options{Hosts: []string{"pay.test"}}), // pay.test deduplicates by key
 		transport.Retry(policy.Retry{Backoff: policy.Exponential(time.Millisecond, time.Millisecond)}),
 	)}
 
@@ -105,7 +105,7 @@ func ExampleSlogHooks() {
 	api := httptestutil.Script(httptestutil.Status(http.StatusTooManyRequests, "", "Retry-After", "0"), httptestutil.Status(http.StatusOK, ""))
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey || a.Key == transport.AttrWait {
+			if a.Key == slog.TimeKey || a.Key == "sturdy.wait" {
 				return slog.Attr{} // vary from run to run
 			}
 			return a

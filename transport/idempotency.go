@@ -1,21 +1,30 @@
 package transport
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/sturdyhttp/sturdy/idempotency"
 )
 
-// IdempotencyKey gives each logical operation an idempotency key: a
-// request whose method is in o.Methods (POST and PATCH by default) and
-// that has no key header yet is passed on as a copy carrying one, taken
-// from the context ([idempotency.WithKey]) or else made by o.NewKey (a
-// random UUIDv4 by default). The caller's request is not modified.
+// IdempotencyKey gives a key to each logical operation that is vouched
+// for, and to no other. A request that has no key header yet is passed on
+// as a copy carrying one when the caller gave its own key in the context
+// ([idempotency.WithKey]), or when its method is in o.Methods (POST and
+// PATCH by default) and its host is listed in o.Hosts; then the key is
+// made by o.NewKey (a random UUIDv4 by default). A key the caller set in
+// the header is kept. The caller's request is not modified.
+//
+// Any other request carries no key header. A key makes a request safe to
+// send again, to [Retry] ([policy.SafeToResend]) and to net/http, which
+// replays a request with an Idempotency-Key header on a new connection by
+// itself; a key the server does not deduplicate by would turn each of
+// those into a second side effect.
 //
 // Place it outside [Retry], as [New] does, so that the key is made once per
 // operation and every attempt carries the same one; a server that honours
 // the key then performs the operation at most once however often it is
-// retried. A key the caller set, in the header or the context, is kept.
+// retried.
 func IdempotencyKey(o idempotency.Options) Middleware {
 	header := http.CanonicalHeaderKey(o.HeaderName())
 	newKey := o.NewKey
@@ -35,17 +44,51 @@ type idemKey struct {
 }
 
 func (t *idemKey) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !t.o.Applies(req.Method) || len(req.Header[t.header]) > 0 {
+	if len(req.Header[t.header]) > 0 || req.URL == nil {
 		return t.next.RoundTrip(req)
 	}
 	key, ok := idempotency.KeyFromContext(req.Context())
 	if !ok {
+		if !t.o.Applies(req.Method) || !t.o.MatchesHost(req.URL.Host) {
+			return t.next.RoundTrip(req)
+		}
 		key = t.newKey()
 	}
 	r := *req // a shallow copy with its own header map: req stays untouched
 	r.Header = cloneWith(req.Header, t.header, key)
-	return t.next.RoundTrip(&r)
+	resp, err := t.next.RoundTrip(&r)
+	if err != nil {
+		err = &keyedError{key: key, err: err}
+	}
+	return resp, err
 }
+
+// KeyFromError returns the idempotency key that [IdempotencyKey] gave the
+// operation that ended in err, so that a caller can retry it by hand
+// with the same key (with [idempotency.WithKey]). A response carries its
+// key in resp.Request.Header. It reports false when err does not come
+// from an operation that was given a key.
+func KeyFromError(err error) (string, bool) {
+	var ke *keyedError
+	if errors.As(err, &ke) {
+		return ke.key, true
+	}
+	return "", false
+}
+
+// keyedError is an operation's error with the key it was sent with. It
+// says what err says.
+type keyedError struct {
+	key string
+	err error
+}
+
+func (e *keyedError) Error() string { return e.err.Error() }
+func (e *keyedError) Unwrap() error { return e.err }
+
+// Timeout reports whether err is a timeout, so that [url.Error.Timeout]
+// answers through [http.Client].
+func (e *keyedError) Timeout() bool { return isTimeout(e.err) }
 
 // cloneWith returns a copy of h with name set to value, in two
 // allocations: the map, sized for the new entry, and one array for all

@@ -7,14 +7,35 @@ import (
 	"github.com/hashicorp/go-cleanhttp"
 
 	"github.com/sturdyhttp/sturdy/idempotency"
+	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/policy"
 	"github.com/sturdyhttp/sturdy/ratelimit"
 )
 
 // Defaults of [Options].
 const (
-	// DefaultTimeout is the whole-operation budget when Timeout is zero.
-	DefaultTimeout = 2 * time.Minute
+	// DefaultTimeout bounds getting a response, and reading a body that
+	// is not a stream, when Timeout is zero. Ten minutes is what the
+	// providers' SDKs give a non-streamed completion: anthropic-sdk-go
+	// waits 10 minutes for response headers (defaultResponseHeaderTimeout)
+	// and refuses a non-streamed request it expects to take longer
+	// (CalculateNonStreamingTimeout), and OpenAI's and Anthropic's Python
+	// SDKs time out after 600 s. openai-go sets no limit at all.
+	DefaultTimeout = 10 * time.Minute
+	// DefaultAttemptTimeout is zero: no attempt is cut before Timeout.
+	// A completion's headers may legitimately take minutes (the SDKs
+	// above allow 10), so no shorter per-attempt limit is safe for every
+	// API; set AttemptTimeout for an API whose answers are quick, so that
+	// a hung attempt is retried inside Timeout.
+	DefaultAttemptTimeout = 0
+	// DefaultIdleTimeout is how long a response body may go without
+	// delivering a byte when IdleTimeout is zero. Ten minutes is the
+	// read timeout that OpenAI's and Anthropic's Python SDKs apply to
+	// every read of a stream (httpx, 600 s), so no stream those SDKs
+	// accept is cut: reasoning models may think for minutes before their
+	// first token, and Anthropic's pings only say the connection lives.
+	// The Go SDKs apply none, so a stalled stream hangs them forever.
+	DefaultIdleTimeout = 10 * time.Minute
 	// DefaultMaxIdleConnsPerHost is how many idle connections per host the
 	// default base keeps.
 	DefaultMaxIdleConnsPerHost = 100
@@ -25,19 +46,33 @@ const (
 )
 
 // Layer names one layer of the stack that [New] builds, to switch it off
-// with Options.Disable.
+// with Options.Disable. The layers, outermost first: [LayerIdempotencyKey],
+// [LayerTimeout], [LayerRetry], [LayerRateLimit], [LayerBreaker], [LayerAttemptTimeout];
+// and [LayerIdleTimeout], the idle watch of the Timeout layer.
 type Layer uint16
 
-// The layers of [New], outermost first.
-const (
-	LayerIdempotencyKey Layer = 1 << iota // IdempotencyKey
-	LayerTimeout                          // Deadline(Timeout)
-	LayerRetry                            // Retry
-	LayerRetryBudget                      // the per-host retry budget of Retry
-	LayerRateLimit                        // RateLimitAware
-	LayerBreaker                          // Breaker
-	LayerAttemptTimeout                   // Deadline(AttemptTimeout)
-)
+// Each Layer constant is declared on its own so that go doc lists them all.
+
+// LayerIdempotencyKey is [IdempotencyKey].
+const LayerIdempotencyKey Layer = 1 << 0
+
+// LayerTimeout is [Deadline](Options.Timeout).
+const LayerTimeout Layer = 1 << 1
+
+// LayerRetry is [Retry].
+const LayerRetry Layer = 1 << 2
+
+// LayerRateLimit is [RateLimitAware].
+const LayerRateLimit Layer = 1 << 4
+
+// LayerBreaker is [Breaker].
+const LayerBreaker Layer = 1 << 5
+
+// LayerAttemptTimeout is [Deadline](Options.AttemptTimeout).
+const LayerAttemptTimeout Layer = 1 << 6
+
+// LayerIdleTimeout is the IdleTimeout watch of the Timeout layer.
+const LayerIdleTimeout Layer = 1 << 7
 
 // Options configures [New]. The zero value is the recommended stack with
 // every default below.
@@ -51,39 +86,105 @@ type Options struct {
 	// [DefaultMaxResponseHeaderBytes] of response headers.
 	Base http.RoundTripper
 
-	// Timeout bounds a whole operation: every attempt, every wait between
-	// them and the reading of the final response's body. Zero means
-	// [DefaultTimeout] (2 minutes); negative means no overall limit beyond
-	// the caller's context. Raise it for long streamed responses.
+	// Timeout bounds an operation until its final response's headers
+	// (every attempt and every wait between them), and the reading of
+	// that response's body unless it is a stream (server-sent events,
+	// NDJSON and the like, see IdleTimeout). Zero means [DefaultTimeout]
+	// (10 minutes); negative means no limit beyond the caller's context.
 	Timeout time.Duration
 
-	// AttemptTimeout bounds one attempt, its body included; an attempt
-	// that runs out is retried while Timeout allows. Zero or negative
-	// means no per-attempt limit beyond Timeout.
+	// AttemptTimeout bounds one attempt until its response headers; an
+	// attempt that runs out is retried when the retry rules allow it
+	// (the request is safe to send again and Timeout leaves time). It
+	// does not bound the body. Zero or negative means no per-attempt
+	// limit ([DefaultAttemptTimeout]).
 	AttemptTimeout time.Duration
 
+	// IdleTimeout is the longest a response body may go without
+	// delivering a byte: a Read blocked for this long fails with a
+	// [*DeadlineError] and the connection is closed. A stream
+	// (text/event-stream, NDJSON and JSON Lines, JSON text sequences,
+	// gRPC and Connect streams, AWS event streams) is bounded by nothing
+	// else: it is read for as long as it makes progress and the caller's
+	// context allows. A 101 Switching Protocols connection is neither
+	// bounded nor cut. The cut comes within IdleTimeout/8 after the limit.
+	// Zero means [DefaultIdleTimeout] (10 minutes); negative means none.
+	IdleTimeout time.Duration
+
+	// ReadBody, when positive, makes each attempt read a response body
+	// that is not a stream, up to ReadBody bytes, before the response is
+	// handed back: a body that is cut or stalls half way is then a failed
+	// attempt (a [*ResponseBodyError]) that the retry rules try again, and the
+	// caller gets a complete body or an error. A longer body is handed
+	// back as it streams after its first ReadBody bytes. Zero means off;
+	// [WithReadBody] sets it per request.
+	ReadBody int64
+
 	// Retry is the retry policy; its zero value means 4 attempts with
-	// full-jitter backoff (see [policy.Retry]). Unless LayerRetryBudget is
-	// disabled or Retry.Budget is set, New gives the stack its own
-	// [policy.Budget] with default settings, shared by all of its hosts.
-	// An empty Retry.IdempotencyHeader follows Idempotency.Header.
+	// full-jitter backoff (see [policy.Retry]). A nil Retry.Budget means a
+	// retry budget with [policy.Budget]'s default settings, kept per host
+	// beside its breaker, unless DisableRetryBudget is set. An empty
+	// Retry.IdempotencyHeader follows Idempotency.Header.
 	Retry policy.Retry
+
+	// DisableRetryBudget, when Retry.Budget is nil, leaves retries
+	// unbudgeted: each operation may use all its attempts, however many
+	// of its host's requests fail.
+	DisableRetryBudget bool
 
 	// Breaker configures the per-host circuit breakers (see
 	// [BreakerSettings] for the defaults).
 	Breaker BreakerSettings
 
+	// Breakers, when set, are the circuit breakers the stack uses, in
+	// place of new ones made with Breaker, so that the caller can read
+	// their state ([Breakers.State]); Hooks.OnBreakerStateChange is then
+	// not called (set Breaker.OnStateChange before NewBreakers).
+	Breakers *Breakers
+
 	// RateLimit configures how server quotas are honoured (see
 	// [ratelimit.Options] for the defaults).
 	RateLimit ratelimit.Options
 
-	// Idempotency configures the idempotency keys given to POST and PATCH
-	// (see [idempotency.Options]).
+	// Idempotency configures the idempotency keys: list in
+	// Idempotency.Hosts the hosts whose POSTs and PATCHes are safe to send
+	// again (see [idempotency.Options]). Nil Hosts means only requests the
+	// caller keyed itself carry a key.
 	Idempotency idempotency.Options
+
+	// Hedge, when set, adds a [Hedge] layer beneath Retry: a request
+	// safe to send twice that has no response headers after a delay (by
+	// default the host's 95th percentile of recent latencies) is sent
+	// again, and the first acceptable response wins. Unless Hedge.Budget
+	// is set, hedges draw on the Retry layer's budget, so that retries and
+	// hedges together stay within one bound per host; an empty
+	// IdempotencyHeader and a nil Classify follow Retry's. Nil means no
+	// hedging: it costs the server extra requests, which is the caller's
+	// choice to make.
+	Hedge *policy.Hedge
+
+	// Throttle, when set, adds a [Throttle] layer beneath Retry and Hedge:
+	// when a host rejects or fails more than half of what it is sent
+	// (with the default K of 2), requests to it are shed locally, unsent,
+	// with a [*ThrottleError]. Share one [policy.Throttle] between stacks
+	// that talk to the same hosts. With a Throttle, the breaker leaves
+	// the answers of an overloaded server (503, 529) to it, unless
+	// Breaker.IsFailure is set: the throttle sheds what the server cannot
+	// take and lets the rest through, where a breaker would refuse
+	// everything; errors, timeouts and other 5xx still open the breaker.
+	// Nil means no throttling.
+	Throttle *policy.Throttle
 
 	// Disable switches layers off: Disable: LayerBreaker|LayerRateLimit.
 	// Zero means every layer is on.
 	Disable Layer
+
+	// PropagateDeadline, when true, sends each attempt's time left to
+	// the server, in milliseconds in the Request-Timeout header, from
+	// the innermost layer (see [PropagateDeadline]), so that a server
+	// behind [idempotency.DeadlineHandler] refuses a request that arrives
+	// after its caller gave up. False (the default) sends nothing.
+	PropagateDeadline bool
 
 	// Hooks observe what the stack does. They are added to any hooks set
 	// in Retry, Breaker and RateLimit, which still run.
@@ -92,8 +193,9 @@ type Options struct {
 
 // Hooks are functions called as the stack works, for logs, metrics and
 // traces. Each may be nil, which costs nothing. They run synchronously on
-// the goroutine of the request (the breaker's under its lock), so keep
-// them short. [SlogHooks] makes a set that logs with log/slog.
+// the goroutine of the request, never with a lock held: a hook may log,
+// export metrics or even send a request through the same stack.
+// [SlogHooks] makes a set that logs with log/slog.
 type Hooks struct {
 	// OnAttempt is called after each attempt with its outcome and
 	// duration.
@@ -111,14 +213,30 @@ type Hooks struct {
 	// OnRateLimitReject is called when a request fails fast because its
 	// quota wait cannot finish in time.
 	OnRateLimitReject func(ratelimit.RejectEvent)
+	// OnHedge is called when a hedge (a copy after the first) is sent.
+	OnHedge func(policy.HedgeEvent)
+	// OnHedgeWon is called when a hedge's response wins.
+	OnHedgeWon func(policy.HedgeEvent)
+	// OnCopyCanceled is called for each copy of a hedged request that is
+	// canceled because another copy's response won.
+	OnCopyCanceled func(policy.HedgeEvent)
+	// OnThrottle is called when a [Throttle] rejects a request locally.
+	OnThrottle func(ThrottleEvent)
 }
 
 // New returns the recommended stack, outermost first:
 //
 //	IdempotencyKey, Deadline(Timeout), Retry, RateLimitAware, Breaker, Deadline(AttemptTimeout), base
 //
-// transport/doc.go tells why each layer sits where it does. Adopt it with
-// one line:
+// with [Hedge] then [Throttle] between Retry and RateLimitAware when
+// Options.Hedge and Options.Throttle set them, and [PropagateDeadline]
+// just above base when Options.PropagateDeadline is set.
+//
+// The two deadline layers are shaped for what is read (see
+// Options.Timeout, AttemptTimeout and IdleTimeout): unlike a [Deadline]
+// in a Chain, they let a stream run for as long as it makes progress.
+// The package documentation ("The order of the stack") tells why each
+// layer sits where it does. Adopt it with one line:
 //
 //	client := &http.Client{Transport: transport.New(transport.Options{})}
 //
@@ -135,51 +253,125 @@ func New(o Options) http.RoundTripper {
 	}
 	on := func(l Layer) bool { return o.Disable&l == 0 }
 	h := o.Hooks
+	reg := hosts.New(hosts.Options{}) // every layer's per-host state
 
 	var mws []Middleware
 	if on(LayerIdempotencyKey) {
 		mws = append(mws, IdempotencyKey(o.Idempotency))
 	}
-	if on(LayerTimeout) {
-		timeout := o.Timeout
-		if timeout == 0 {
-			timeout = DefaultTimeout
-		}
-		mws = append(mws, Deadline(timeout))
+	timeout, idle := o.Timeout, o.IdleTimeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
 	}
+	if idle == 0 {
+		idle = DefaultIdleTimeout
+	}
+	if !on(LayerTimeout) {
+		timeout = 0
+	}
+	if !on(LayerIdleTimeout) {
+		idle = 0
+	}
+	if timeout > 0 || idle > 0 {
+		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
+			return newBound(next, boundOperation, timeout, idle, boundTimeout, 0)
+		})
+	}
+	var retry *retryConfig // tuned below, once the layers beneath exist
 	if on(LayerRetry) {
 		p := o.Retry
 		if p.IdempotencyHeader == "" {
 			p.IdempotencyHeader = o.Idempotency.HeaderName()
 		}
-		if p.Budget == nil && on(LayerRetryBudget) {
-			p.Budget = &policy.Budget{}
-		}
 		p.OnAttempt = both(p.OnAttempt, h.OnAttempt)
 		p.OnRetry = both(p.OnRetry, h.OnRetry)
 		p.OnGiveUp = both(p.OnGiveUp, h.OnGiveUp)
-		mws = append(mws, Retry(p))
+		mw := Retry(p)
+		retry = mw(nil).(*retrier).c
+		if p.Budget == nil && !o.DisableRetryBudget {
+			retry.budget = newSharedBudget(&policy.Budget{}, reg)
+		}
+		mws = append(mws, func(next http.RoundTripper) http.RoundTripper { return &retrier{next: orDefault(next), c: retry} })
+	}
+	var hedge *hedgeConfig // tuned below, once the layers beneath exist
+	if o.Hedge != nil {
+		var mw Middleware
+		mw, hedge = newHedge(*o.Hedge, o, retry, reg)
+		mws = append(mws, mw)
+	}
+	if o.Throttle != nil {
+		mws = append(mws, throttleMiddleware(o.Throttle, h.OnThrottle))
 	}
 	if on(LayerRateLimit) {
 		r := o.RateLimit
 		r.OnWait = both(r.OnWait, h.OnRateLimitWait)
 		r.OnReject = both(r.OnReject, h.OnRateLimitReject)
-		mws = append(mws, RateLimitAware(r))
+		mws = append(mws, RateLimitTracker(ratelimit.NewTrackerOn(r, reg))) // its quotas beside the breakers
 	}
 	if on(LayerBreaker) {
-		b := o.Breaker
-		if f, g := b.OnStateChange, h.OnBreakerStateChange; g != nil {
-			b.OnStateChange = g
-			if f != nil {
-				b.OnStateChange = func(k string, from, to BreakerState) { f(k, from, to); g(k, from, to) }
+		b := o.Breakers
+		if b == nil {
+			s := o.Breaker
+			if o.Throttle != nil && s.IsFailure == nil {
+				s.IsFailure = throttledIsFailure
 			}
+			if f, g := s.OnStateChange, h.OnBreakerStateChange; g != nil {
+				s.OnStateChange = g
+				if f != nil {
+					s.OnStateChange = func(k string, from, to BreakerState) { f(k, from, to); g(k, from, to) }
+				}
+			}
+			b = newBreakers(s, reg)
 		}
-		mws = append(mws, Breaker(b))
+		if retry != nil {
+			retry.refuses = b.refusedAt // no wait only to be refused
+		}
+		if hedge != nil {
+			hedge.refuses = b.refusedAt // no copy only to be refused
+		}
+		mws = append(mws, b.Middleware())
 	}
-	if on(LayerAttemptTimeout) && o.AttemptTimeout > 0 {
-		mws = append(mws, Deadline(o.AttemptTimeout))
+	attempt := o.AttemptTimeout
+	if !on(LayerAttemptTimeout) {
+		attempt = 0
+	}
+	// The attempt bound stays in place with no AttemptTimeout, so that
+	// WithReadBody works on any stack; with neither, it passes requests
+	// through.
+	mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
+		return newBound(next, boundHeaders, attempt, idle, boundAttempt, o.ReadBody)
+	})
+	if o.PropagateDeadline {
+		mws = append(mws, PropagateDeadline(""))
 	}
 	return Chain(base, mws...)
+}
+
+// newHedge is the Hedge layer of New: it shares Retry's budget (which
+// counts the operations), key header and classifier unless told otherwise.
+func newHedge(p policy.Hedge, o Options, retry *retryConfig, reg *hosts.Registry) (Middleware, *hedgeConfig) {
+	var budget retryBudget
+	countOps := true
+	switch {
+	case p.Budget == nil && retry != nil && retry.budget != nil:
+		budget, countOps = retry.budget, false
+	case p.Budget == nil && !o.DisableRetryBudget:
+		budget = newSharedBudget(&policy.Budget{}, reg)
+	case p.Budget != nil && p.Budget == o.Retry.Budget && retry != nil:
+		budget, countOps = retry.budget, false
+	default:
+		budget = budgetOf(p.Budget)
+	}
+	if p.IdempotencyHeader == "" {
+		p.IdempotencyHeader = o.Idempotency.HeaderName()
+	}
+	if p.Classify == nil {
+		p.Classify = o.Retry.Classify
+	}
+	p.OnHedge = both(p.OnHedge, o.Hooks.OnHedge)
+	p.OnHedgeWon = both(p.OnHedgeWon, o.Hooks.OnHedgeWon)
+	p.OnCopyCanceled = both(p.OnCopyCanceled, o.Hooks.OnCopyCanceled)
+	return hedgeMiddleware(p, budget, countOps)
 }
 
 // both returns a function that calls f then g, skipping a nil one.

@@ -67,7 +67,7 @@ func TestNewRoundTripContract(t *testing.T) {
 			httptestutil.Status(201, "created"),
 		))
 		tracker := &closeTracker{base: env.base}
-		c := &http.Client{Transport: New(Options{Base: tracker, Retry: policy.Retry{Backoff: constant(time.Second)}})}
+		c := &http.Client{Transport: New(Options{Base: tracker, Retry: policy.Retry{Backoff: constant(time.Second)}, Idempotency: idempotency.Options{Hosts: []string{"api.test"}}})}
 		req, _ := http.NewRequest("POST", env.url+"/charges?x=1", strings.NewReader("amount=10"))
 		req.Header.Set("X-Caller", "yes")
 		before := req.Clone(context.Background())
@@ -198,7 +198,7 @@ func TestNewBodyReplay(t *testing.T) {
 				env := newFakeEnv(t, rec)
 				req, _ := http.NewRequest("POST", env.url, tt.body())
 				want, _ := io.ReadAll(tt.body())
-				resp, err := newStack(env, Options{Retry: policy.Retry{MaxBufferedBody: 256}}).Do(req)
+				resp, err := newStack(env, Options{Retry: policy.Retry{MaxBufferedBody: 256}, Idempotency: idempotency.Options{Hosts: []string{"api.test"}}}).Do(req)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -242,7 +242,9 @@ func TestNewReusesConnections(t *testing.T) {
 	})
 }
 
-// Promise: retry only what can succeed and is safe.
+// Promise: retry only what can succeed and is safe: a POST is sent again
+// when it is vouched for (a host in Idempotency.Hosts) or the outcome
+// proves the server did not act on it.
 func TestNewRetriesOnlyWhatIsSafe(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -251,8 +253,10 @@ func TestNewRetriesOnlyWhatIsSafe(t *testing.T) {
 		first  httptestutil.Step
 		sends  int
 	}{
-		{"POST gets a key and is retried", "POST", Options{}, httptestutil.Status(503, ""), 2},
-		{"POST without the key layer is not retried", "POST", Options{Disable: LayerIdempotencyKey}, httptestutil.Status(503, ""), 1},
+		{"POST to a host in Hosts gets a key and is retried", "POST", Options{Idempotency: idempotency.Options{Hosts: []string{"api.test"}}}, httptestutil.Status(503, ""), 2},
+		{"POST nobody vouched for is sent once", "POST", Options{}, httptestutil.Status(503, ""), 1},
+		{"POST without the key layer is not retried", "POST", Options{Disable: LayerIdempotencyKey, Idempotency: idempotency.Options{Hosts: []string{"api.test"}}}, httptestutil.Status(503, ""), 1},
+		{"POST after a 429 is retried", "POST", Options{}, httptestutil.Status(429, ""), 2},
 		{"is_retriable false", "GET", Options{}, httptestutil.Problem(503, httptestutil.ProblemBody{Extensions: map[string]any{"is_retriable": false}}), 1},
 		{"is_retriable true", "GET", Options{}, httptestutil.Problem(422, httptestutil.ProblemBody{Extensions: map[string]any{"is_retriable": true}}), 2},
 		{"404 is final", "GET", Options{}, httptestutil.Status(404, ""), 1},
@@ -281,7 +285,7 @@ func TestNewErrorsKeepTheirCause(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			rec := httptestutil.NewRecorder(httptestutil.Status(500, "").Forever())
 			env := newFakeEnv(t, rec)
-			c := newStack(env, Options{Breaker: BreakerSettings{ConsecutiveFailures: 2, Cooldown: time.Minute}, Disable: LayerRetryBudget})
+			c := newStack(env, Options{Breaker: BreakerSettings{ConsecutiveFailures: 2, Cooldown: time.Minute}, DisableRetryBudget: true})
 			start := time.Now()
 			// 500, then 500 opens the breaker: Retry does not wait for a
 			// third attempt that would be refused, it hands back the 500.
@@ -331,7 +335,7 @@ func TestNewLayersOff(t *testing.T) {
 		{"all on", 0, 3, true},
 		{"no retry", LayerRetry, 1, true},
 		{"no key", LayerIdempotencyKey, 3, false},
-		{"only retry", LayerIdempotencyKey | LayerTimeout | LayerRateLimit | LayerBreaker | LayerAttemptTimeout | LayerRetryBudget, 3, false},
+		{"only retry", LayerIdempotencyKey | LayerTimeout | LayerRateLimit | LayerBreaker | LayerAttemptTimeout, 3, false},
 		{"everything off", ^Layer(0), 1, false},
 	}
 	for _, tt := range tests {
@@ -340,7 +344,7 @@ func TestNewLayersOff(t *testing.T) {
 				rec := httptestutil.NewRecorder(httptestutil.Script(httptestutil.Status(503, "").Times(2), httptestutil.Status(200, "")))
 				env := newFakeEnv(t, rec)
 				req, _ := http.NewRequest("PUT", env.url, strings.NewReader("x"))
-				resp, err := newStack(env, Options{Disable: tt.disable, Idempotency: idempotency.Options{Methods: []string{"PUT"}}}).Do(req)
+				resp, err := newStack(env, Options{Disable: tt.disable, Idempotency: idempotency.Options{Methods: []string{"PUT"}, Hosts: []string{"*"}}}).Do(req)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -418,7 +422,7 @@ func TestNewHooksSequence(t *testing.T) {
 			OnRetry: func(e policy.RetryEvent) {
 				add("retry " + itoa(e.Attempt) + " after " + e.Wait.String() + " (" + e.Reason + ")")
 			},
-			OnGiveUp: func(e policy.GiveUpEvent) { add("give up: " + e.Reason) },
+			OnGiveUp: func(e policy.GiveUpEvent) { add("give up: " + string(e.Reason) + " (" + e.Detail + ")") },
 		}
 		resp, err := newStack(env, Options{Hooks: hooks}).Get(env.url)
 		if err != nil {
@@ -473,7 +477,7 @@ func TestNewHooksBreakerAndRateLimit(t *testing.T) {
 				OnBreakerStateChange: func(key string, from, to BreakerState) {
 					add("breaker " + key + " " + from.String() + " -> " + to.String())
 				},
-				OnGiveUp: func(e policy.GiveUpEvent) { add("give up: " + e.Reason) },
+				OnGiveUp: func(e policy.GiveUpEvent) { add("give up: " + string(e.Reason) + " (" + e.Detail + ")") },
 			},
 		})
 		for range 4 {
@@ -485,9 +489,9 @@ func TestNewHooksBreakerAndRateLimit(t *testing.T) {
 		}
 		want := []string{
 			"wait 5s quota",
-			"give up: status 500, attempts exhausted",
-			"breaker " + env.url + " closed -> open",
-			"give up: status 500, attempts exhausted",
+			"give up: attempts used (status 500)",
+			"breaker " + strings.TrimSuffix(env.url, ":80") + " closed -> open",
+			"give up: attempts used (status 500)",
 		}
 		if !reflect.DeepEqual(events, want) {
 			t.Errorf("events:\n%s\nwant:\n%s", strings.Join(events, "\n"), strings.Join(want, "\n"))

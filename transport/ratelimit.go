@@ -1,8 +1,9 @@
 package transport
 
 import (
+	"errors"
+	"net"
 	"net/http"
-	"time"
 
 	"github.com/sturdyhttp/sturdy/policy"
 	"github.com/sturdyhttp/sturdy/ratelimit"
@@ -10,20 +11,26 @@ import (
 
 // RateLimitAware returns a middleware that listens to the quota servers
 // report and holds requests back before they hit the limit, with a new
-// [ratelimit.Tracker] configured by o:
+// [ratelimit.Tracker] configured by o (its doc tells the rules):
 //
 //   - Every response's quota headers (X-RateLimit-*, OpenAI, Anthropic,
-//     IETF RateLimit) update the quota of its host; see
-//     [ratelimit.ParseHeaders].
-//   - A request to a host whose quota is spent (Remaining at or below
-//     o.Reserve, reset ahead) waits for the reset.
-//   - A 429 or 503 with Retry-After pauses the whole host: every request
-//     to it, from every goroutine, waits for the same moment, and is then
-//     let go spread over time rather than in one burst.
+//     IETF RateLimit) update the quotas of its host, per resource; see
+//     [ratelimit.ParseAll].
+//   - A request counted by a quota that is spent (Remaining at or below
+//     o.Reserve, reset ahead) waits for the reset; requests counted by
+//     other quotas of the host go on.
+//   - A 429 or 503 with Retry-After pauses the whole host until the time
+//     the server named: every request to it, from every goroutine, waits
+//     for the same moment, and is then let go spread over at most a
+//     second rather than in one burst. A 429 with no hint slows the host
+//     down to the rate it accepts.
 //   - A wait that cannot end before the request's deadline or o.MaxWait
 //     is not started: RoundTrip returns at once an error matching
 //     [ratelimit.ErrQuotaExhausted], a [*ratelimit.QuotaError] that says
 //     when the quota resets and that [Retry] does not retry.
+//   - A request that never reached the server (refused by an open
+//     [Breaker] beneath, invalid, a failed dial, a context ended before it
+//     was sent) uses no quota: its reservation is cancelled.
 //
 // Place it inside [Retry]: each attempt is a request the server counts,
 // and each must wait its turn. Responses are handed back unchanged,
@@ -53,28 +60,44 @@ type rateLimiter struct {
 	t    *ratelimit.Tracker
 }
 
-// RoundTrip waits for the request's host to have quota, sends the
-// request, and records what the response says about the quota.
+// RoundTrip reserves the request's place in its host's quotas, sends the
+// request, and settles the reservation with the response, or cancels it
+// when the request never reached the server.
 func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
-	if err := l.t.Wait(req); err != nil {
+	res, err := l.t.Reserve(req)
+	if err == nil {
+		err = req.Context().Err() // gave up during the wait: do not send
+		if err != nil {
+			res.Cancel()
+		}
+	}
+	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
 		}
 		return nil, err
 	}
 	resp, err := l.next.RoundTrip(req)
-	if err != nil || resp == nil {
-		l.t.Observe(req, nil)
-		return resp, err
+	switch {
+	case err != nil && notSent(req, err):
+		res.Cancel()
+	case err != nil:
+		res.Settle(nil)
+	default:
+		res.Settle(resp)
 	}
-	l.t.Observe(req, resp.Header)
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		now := time.Now()
-		if d, ok := policy.ResponseRetryAfter(resp.Header, now); ok && d > 0 {
-			l.t.Pause(req, now.Add(d))
-		}
+	return resp, err
+}
+
+// notSent reports whether an attempt that failed with err never reached
+// the server: refused by an open breaker, a request net/http would not
+// send, or a dial that failed.
+func notSent(req *http.Request, err error) bool {
+	if errors.Is(err, ErrCircuitOpen) || policy.IsCallerError(req, err) {
+		return true
 	}
-	return resp, nil
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" // the caller's context may have ended it
 }
 
 // CloseIdleConnections forwards to the wrapped RoundTripper.

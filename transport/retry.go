@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/policy"
@@ -19,18 +20,38 @@ import (
 // body is closed unread, which costs a new connection.
 const drainLimit = 256 << 10
 
-// Retry retries failed attempts as policy p says: which outcomes are
-// retried ([policy.DefaultClassifier] by default), how many attempts
-// (4 by default), how long between them (the longer of p.Backoff's wait
-// and the server's Retry-After or retry-after-ms).
+// Retry retries failed attempts as policy p says, and only when sending
+// the request again is safe. [policy.Retry.Next] decides each step (which
+// outcomes are retried, how many attempts, how long between them, why an
+// operation stops); Retry carries the decisions out.
+//
+// A request is sent more than once only when that is safe: its method is
+// idempotent or it carries an idempotency key ([policy.SafeToResend];
+// [IdempotencyKey] adds keys only to requests that are vouched for), or
+// the outcome proves that the server did not act on it (the connection
+// was never made, a 429, x-should-retry: true, Stripe-Should-Retry: true,
+// a problem with is_retriable: true). A POST nobody vouched for that
+// fails in any other way (a 500, a reset, an attempt timeout) is sent
+// once and its outcome handed back as it is. To learn whether a
+// connection was made, Retry watches such requests with
+// [net/http/httptrace].
+//
+// A request that cannot be sent as written is the caller's error
+// ([policy.IsCallerError]): it is returned at once and never retried.
+// Retry hands each attempt's body to the next RoundTripper wrapped so
+// that a body shorter or longer than its ContentLength, or whose reader
+// fails, ends the attempt with a [*policy.BodyError] (net/http reports
+// both with errors of no type), which a [Breaker] beneath does not count
+// against the host.
 //
 // Every attempt is a copy of the caller's request, which is never
-// modified; the first attempt of a request whose body need not be
-// buffered is the request itself. Bodies are replayed byte for byte:
-// through GetBody when the request has it (the body is never copied);
-// otherwise the body is read into memory up to p.MaxBufferedBody (1 MiB by
-// default) and replayed from there; a longer body is sent once, as it
-// streams, and not retried.
+// modified. Bodies are replayed byte for byte: through GetBody when the
+// request has it (the body is never copied); otherwise its bytes are kept
+// as the first attempt sends them, up to p.MaxBufferedBody (1 MiB by
+// default), and replayed from there. Nothing is read ahead of the wire:
+// the first attempt is sent at once and a full-duplex body flows as it is
+// written. A body that runs past the limit is sent once, as it streams,
+// and not retried.
 //
 // Waits draw on the request context's deadline: when the next wait could
 // not end before the deadline, Retry stops at once and returns what it
@@ -43,21 +64,22 @@ const drainLimit = 256 << 10
 // intact when that response is the last one.
 //
 // When retries end on a response, Retry returns it with a nil error, as a
-// RoundTripper must. When they end on an error after more than one
-// attempt, the error is a [*RetryError] that says how many attempts were
-// made and wraps the last cause, so errors.Is(err,
+// RoundTripper must, and OnGiveUp says why when it is an error status.
+// When they end on an error, the error is a [*RetryError] that says how
+// many attempts were made and why no further one was (its
+// [policy.Reason]), and wraps the last cause, so errors.Is(err,
 // context.DeadlineExceeded) keeps working through [http.Client].
 func Retry(p policy.Retry) Middleware {
+	defaultCls := p.Classify == nil
+	p = p.WithDefaults()
 	c := &retryConfig{
-		attempts:   p.Attempts(),
-		backoff:    p.BackoffFunc(),
-		raLimit:    p.RetryAfterLimit(),
-		classify:   p.Classifier(),
-		defaultCls: p.Classify == nil,
-		bufLimit:   p.BufferLimit(),
-		probLimit:  p.ProblemLimit(),
-		keyHeader:  http.CanonicalHeaderKey(p.KeyHeader()),
-		budget:     p.Budget,
+		p:          p,
+		attempts:   p.MaxAttempts,
+		defaultCls: defaultCls,
+		bufLimit:   p.MaxBufferedBody,
+		probLimit:  p.MaxProblemBody,
+		keyHeader:  http.CanonicalHeaderKey(p.IdempotencyHeader),
+		budget:     budgetOf(p.Budget),
 		onAttempt:  p.OnAttempt,
 		onRetry:    p.OnRetry,
 		onGiveUp:   p.OnGiveUp,
@@ -68,15 +90,14 @@ func Retry(p policy.Retry) Middleware {
 }
 
 type retryConfig struct {
+	p          policy.Retry // with its defaults
 	attempts   int
-	backoff    policy.Backoff
-	raLimit    time.Duration
-	classify   policy.Classifier
 	defaultCls bool
 	bufLimit   int64
 	probLimit  int64
 	keyHeader  string
-	budget     *policy.Budget
+	budget     retryBudget
+	refuses    func(*http.Request, time.Time) error // set by New: asks its breakers
 	onAttempt  func(policy.AttemptEvent)
 	onRetry    func(policy.RetryEvent)
 	onGiveUp   func(policy.GiveUpEvent)
@@ -89,19 +110,52 @@ type retrier struct {
 
 func (t *retrier) CloseIdleConnections() { closeIdle(t.next) }
 
-// RetryError is returned when an operation of more than one attempt ends
-// on an error. It wraps the last attempt's error.
+// RetryError is the error of an operation that [Retry] ended on an
+// error: how many attempts were made (0 when the request could not be
+// sent as written), why no further attempt was, and the last attempt's
+// error, which it wraps. Find it with errors.As through
+// [http.Client]'s *url.Error.
 type RetryError struct {
-	Attempts int   // attempts made
-	Err      error // the last attempt's error
+	Attempts int           // attempts made
+	Reason   policy.Reason // why no further attempt was made
+	Err      error         // the last attempt's error
+	// Refusal is, when Reason is [policy.ReasonRefused], the error the
+	// next attempt would have met (a [*CircuitOpenError]); nil otherwise.
+	Refusal error
 }
 
+// Error says what ended the operation: "transport: giving up after 2
+// attempts (retry budget spent): <last error>". When a layer beneath
+// would refuse the next attempt, it names the refusal instead of the last
+// error: "transport: giving up after 2 attempts: next attempt refused:
+// transport: circuit open for ...".
 func (e *RetryError) Error() string {
-	return "transport: giving up after " + strconv.Itoa(e.Attempts) + " attempts: " + e.Err.Error()
+	if e.Attempts == 0 {
+		return "transport: not sent (" + string(e.Reason) + "): " + e.Err.Error()
+	}
+	head := "transport: giving up after " + strconv.Itoa(e.Attempts) + " attempt"
+	if e.Attempts != 1 {
+		head += "s"
+	}
+	if e.Refusal != nil {
+		return head + ": " + string(e.Reason) + ": " + e.Refusal.Error()
+	}
+	if e.Reason == "" || e.Reason == policy.ReasonAttemptsUsed {
+		return head + ": " + e.Err.Error()
+	}
+	return head + " (" + string(e.Reason) + "): " + e.Err.Error()
 }
 
-// Unwrap returns the last attempt's error.
-func (e *RetryError) Unwrap() error { return e.Err }
+// Unwrap returns the last attempt's error and, when there is one, the
+// refusal that ended the operation, so that errors.Is(err,
+// [ErrCircuitOpen]) and errors.Is(err, context.DeadlineExceeded) answer
+// for both.
+func (e *RetryError) Unwrap() []error {
+	if e.Refusal != nil {
+		return []error{e.Refusal, e.Err}
+	}
+	return []error{e.Err}
+}
 
 // Timeout reports whether the last attempt timed out, so that
 // [url.Error.Timeout] answers through [http.Client].
@@ -137,29 +191,57 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	)
 	if c.attempts > 1 {
 		if body, err = newReplay(req, c.bufLimit); err != nil {
-			return nil, err
+			// The caller's body failed as it was read to be kept: nothing
+			// was sent.
+			err = &policy.BodyError{ContentLength: max(req.ContentLength, -1), Err: errors.Unwrap(err)}
+			return t.giveUp(req, 0, nil, err, policy.Step{Reason: policy.ReasonCallerError})
 		}
+		defer body.finish()
 	} else if c.onAttempt == nil && c.onGiveUp == nil {
-		return t.next.RoundTrip(req)
+		r, err := checkBody(req, false)
+		if err != nil {
+			closeBody(req)
+			return nil, &RetryError{Reason: policy.ReasonCallerError, Err: err}
+		}
+		return t.next.RoundTrip(r)
 	}
 	ctx := req.Context()
-	idempotent := policy.IsIdempotent(req, c.keyHeader)
+	safe := policy.SafeToResend(req, c.keyHeader)
 	if c.budget != nil {
-		c.budget.Request(req.URL.Host, time.Now())
+		c.budget.request(req.URL, time.Now())
+	}
+	// base is what each attempt copies: the caller's request, or a copy
+	// whose context tells whether a connection was made, for a request
+	// that may be sent again only if none was.
+	var (
+		base  = req
+		watch *connWatch
+	)
+	if !safe && c.attempts > 1 {
+		watch = newConnWatch()
+		base = req.WithContext(httptrace.WithClientTrace(ctx, &watch.trace))
 	}
 
 	var (
 		resp *http.Response
 		prev time.Duration
-		r    = req
+		r    = base
+		rec  *opRecord // what layers beneath say, from the second attempt on
 	)
 	if body.first != nil {
-		r = body.firstRequest(req)
+		r = body.firstRequest(base)
+	}
+	if r, err = checkBody(r, r != req); err != nil {
+		closeBody(req)
+		return t.giveUp(req, 0, nil, err, policy.Step{Reason: policy.ReasonCallerError})
 	}
 	for n := 1; ; n++ {
 		var start time.Time
 		if c.onAttempt != nil {
 			start = time.Now()
+		}
+		if watch != nil {
+			watch.got.Store(false)
 		}
 		resp, err = t.next.RoundTrip(r)
 		if resp == nil && err == nil { // a broken RoundTripper beneath: say so, as http.Client does
@@ -171,77 +253,106 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil && resp.StatusCode < 400 && c.defaultCls {
 			return resp, nil // success: the fast path
 		}
-		if ctx.Err() != nil {
-			return t.giveUp(req, n, resp, err, context.Cause(ctx).Error())
-		}
 		var problem *policy.Problem
-		if err == nil {
+		if err == nil && ctx.Err() == nil {
 			problem = readProblem(resp, c.probLimit)
 		}
 		now := time.Now()
-		d := c.classify(policy.Outcome{
-			Request:    r,
-			Response:   resp,
-			Err:        err,
-			Problem:    problem,
-			Idempotent: idempotent,
-			Keyed:      idempotent && req.Header.Get(c.keyHeader) != "",
-			Now:        now,
-		})
-		switch {
-		case !d.Retry:
-			return t.giveUp(req, n, resp, err, d.Reason)
-		case n >= c.attempts:
-			return t.giveUp(req, n, resp, err, d.Reason+", attempts exhausted")
-		case !body.replayable():
-			return t.giveUp(req, n, resp, err, d.Reason+", body not replayable")
+		s := policy.State{
+			Outcome: policy.Outcome{
+				Request:      r,
+				Response:     resp,
+				Err:          err,
+				Problem:      problem,
+				Attempt:      n,
+				Keyed:        policy.HasKey(req, c.keyHeader),
+				NotConnected: watch != nil && err != nil && !watch.got.Load(),
+				Now:          now,
+			},
+			SafeToResend: safe,
+			Replayable:   body.replayable(),
+			PrevWait:     prev,
+			Done:         context.Cause(ctx),
 		}
-		wait := c.backoff(n, prev)
-		if d.HasRetryAfter {
-			if c.raLimit < 0 || d.RetryAfter > c.raLimit {
-				return t.giveUp(req, n, resp, err, d.Reason+", retry-after "+d.RetryAfter.String()+" too long")
-			}
-			wait = max(wait, d.RetryAfter)
+		if dl, ok := ctx.Deadline(); ok {
+			s.Deadline = dl
 		}
-		if dl, ok := ctx.Deadline(); ok && !now.Add(wait).Before(dl) {
-			return t.giveUp(req, n, resp, err, d.Reason+", wait "+wait.String()+" exceeds deadline")
+		attempt, record := r, rec // not r and rec themselves: a closure over them would move them to the heap on every call
+		s.Refused = func(at time.Time) error { return t.refusal(record, attempt, at) }
+		if c.budget != nil {
+			s.Budget = func() bool { return c.budget.retry(req.URL, now) }
 		}
-		if rerr := refusal(t.next, r, now.Add(wait)); rerr != nil {
-			return t.giveUp(req, n, resp, err, d.Reason+", next attempt would be refused: "+rerr.Error())
+		step := c.p.Next(s)
+		if !step.Retry {
+			return t.giveUp(req, n, resp, err, step)
 		}
-		if c.budget != nil && !c.budget.Retry(req.URL.Host, now) {
-			return t.giveUp(req, n, resp, err, d.Reason+", retry budget exhausted")
-		}
-		next, gerr := body.request(req, n+1)
+		next, gerr := body.request(recorded(&rec, base), n+1)
 		if gerr != nil { // GetBody failed: no further attempt can be made
-			return t.giveUp(req, n, resp, err, d.Reason+", GetBody: "+gerr.Error())
+			return t.giveUp(req, n, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
 		}
 		if c.onRetry != nil {
-			c.onRetry(policy.RetryEvent{Request: req, Attempt: n + 1, Wait: wait, Reason: d.Reason, Status: status(resp), Err: err})
+			c.onRetry(policy.RetryEvent{Request: req, Attempt: n + 1, Wait: step.Wait, Reason: step.Decision.Reason, Status: status(resp), Err: err})
 		}
 		if resp != nil {
 			drain(resp.Body)
 		}
-		if serr := sleep(ctx, wait); serr != nil {
+		if serr := sleep(ctx, step.Wait); serr != nil {
 			if next.Body != nil {
 				next.Body.Close()
 			}
-			return t.giveUp(req, n, nil, serr, serr.Error())
+			reason := policy.ReasonDeadline
+			if errors.Is(serr, context.Canceled) {
+				reason = policy.ReasonCanceled
+			}
+			return t.giveUp(req, n, nil, serr, policy.Step{Reason: reason})
 		}
-		r, prev = next, wait
+		if r, err = checkBody(next, true); err != nil {
+			closeBody(next)
+			return t.giveUp(req, n, nil, err, policy.Step{Reason: policy.ReasonCallerError})
+		}
+		prev = step.Wait
 	}
 }
 
-// giveUp ends an operation: it reports the outcome to OnGiveUp when it is
-// a failure and returns it, wrapping an error after several attempts.
-func (t *retrier) giveUp(req *http.Request, attempts int, resp *http.Response, err error, reason string) (*http.Response, error) {
+// giveUp ends an operation as step says: it reports the outcome to
+// OnGiveUp when it is a failure, and returns it, an error as a
+// [*RetryError].
+func (t *retrier) giveUp(req *http.Request, attempts int, resp *http.Response, err error, step policy.Step) (*http.Response, error) {
 	if t.c.onGiveUp != nil && (err != nil || resp != nil && resp.StatusCode >= 400) {
-		t.c.onGiveUp(policy.GiveUpEvent{Request: req, Attempts: attempts, Reason: reason, Status: status(resp), Err: err})
+		detail := step.Decision.Reason
+		if step.Refusal != nil {
+			detail = step.Refusal.Error()
+		}
+		t.c.onGiveUp(policy.GiveUpEvent{Request: req, Attempts: attempts, Reason: step.Reason, Detail: detail, Status: status(resp), Err: err})
 	}
-	if err != nil && attempts > 1 {
-		return nil, &RetryError{Attempts: attempts, Err: err}
+	if err != nil {
+		if resp != nil { // a RoundTripper returns a response or an error, not both
+			resp.Body.Close()
+		}
+		return nil, &RetryError{Attempts: attempts, Reason: step.Reason, Err: err, Refusal: step.Refusal}
 	}
-	return resp, err
+	return resp, nil
+}
+
+// closeBody closes r's body, as a RoundTripper must even when it sends
+// nothing.
+func closeBody(r *http.Request) {
+	if r.Body != nil {
+		r.Body.Close()
+	}
+}
+
+// connWatch learns, through net/http/httptrace, whether an attempt got a
+// connection: one that did not cannot have reached the server.
+type connWatch struct {
+	got   atomic.Bool
+	trace httptrace.ClientTrace
+}
+
+func newConnWatch() *connWatch {
+	w := &connWatch{}
+	w.trace.GotConn = func(httptrace.GotConnInfo) { w.got.Store(true) }
+	return w
 }
 
 func attemptEvent(req *http.Request, n int, resp *http.Response, err error, d time.Duration) policy.AttemptEvent {
@@ -319,71 +430,3 @@ type prefixedBody struct {
 }
 
 func (b *prefixedBody) Close() error { return b.body.Close() }
-
-// replay knows how to give each attempt the caller's body again.
-type replay struct {
-	get   func() (io.ReadCloser, error) // nil: the body cannot be replayed
-	first io.ReadCloser                 // the first attempt's body when it is not req.Body
-	none  bool                          // the request has no body
-}
-
-// newReplay prepares req's body for replay: nothing to do without a body
-// or with GetBody; otherwise the body is read up to limit bytes.
-func newReplay(req *http.Request, limit int64) (replay, error) {
-	switch {
-	case req.Body == nil || req.Body == http.NoBody:
-		return replay{none: true}, nil
-	case req.GetBody != nil:
-		return replay{get: req.GetBody}, nil
-	case limit < 0:
-		return replay{}, nil
-	}
-	var buf bytes.Buffer
-	if req.ContentLength > 0 && req.ContentLength <= limit {
-		buf.Grow(int(req.ContentLength) + 1)
-	}
-	n := limit + 1 // one more, to learn whether the body is longer
-	if n < 0 {     // limit is math.MaxInt64: no body is longer
-		n = limit
-	}
-	_, err := buf.ReadFrom(io.LimitReader(req.Body, n))
-	if err != nil {
-		req.Body.Close()
-		return replay{}, fmt.Errorf("transport: reading request body: %w", err)
-	}
-	data := buf.Bytes()
-	if int64(len(data)) > limit {
-		// Too long to keep: send it once, as it streams.
-		return replay{first: &prefixedBody{Reader: io.MultiReader(bytes.NewReader(data), req.Body), body: req.Body}}, nil
-	}
-	req.Body.Close()
-	get := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
-	first, _ := get()
-	return replay{get: get, first: first}, nil
-}
-
-func (b *replay) replayable() bool { return b.none || b.get != nil }
-
-// firstRequest is the first attempt when its body is not req.Body.
-func (b *replay) firstRequest(req *http.Request) *http.Request {
-	r := *req
-	r.Body = b.first
-	r.GetBody = b.get
-	return &r
-}
-
-// request makes attempt n's request: a copy of req whose context says
-// which attempt it is, with a fresh body.
-func (b *replay) request(req *http.Request, n int) (*http.Request, error) {
-	r := req.WithContext(context.WithValue(req.Context(), attemptKey{}, n))
-	if b.none {
-		return r, nil
-	}
-	body, err := b.get()
-	if err != nil {
-		return nil, err
-	}
-	r.Body = body
-	r.GetBody = b.get
-	return r, nil
-}

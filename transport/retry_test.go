@@ -112,7 +112,7 @@ func TestIdempotencyKeySameOnEveryAttempt(t *testing.T) {
 				))
 				env := newFakeEnv(t, rec)
 				c := &http.Client{Transport: Chain(env.base,
-					IdempotencyKey(idempotency.Options{}),
+					IdempotencyKey(idempotency.Options{Hosts: []string{"api.test"}}),
 					Retry(policy.Retry{Backoff: constant(time.Second)}))}
 				ctx := context.Background()
 				if tt.ctxKey != "" {
@@ -158,7 +158,7 @@ func TestIdempotencyKeyNewKeyPerOperation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := httptestutil.NewRecorder(httptestutil.Status(200, "").Forever())
 		env := newFakeEnv(t, rec)
-		c := &http.Client{Transport: Chain(env.base, IdempotencyKey(idempotency.Options{}), Retry(policy.Retry{}))}
+		c := &http.Client{Transport: Chain(env.base, IdempotencyKey(idempotency.Options{Hosts: []string{"api.test"}}), Retry(policy.Retry{}))}
 		for range 3 {
 			resp, err := c.Post(env.url, "text/plain", strings.NewReader("x"))
 			if err != nil {
@@ -564,7 +564,12 @@ func TestRetryReusesConnections(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	base := &http.Transport{MaxIdleConnsPerHost: 4}
+	// MaxConnsPerHost 1: http.Transport puts a connection back in its pool
+	// from another goroutine once a body is read or drained, and a request
+	// sent before that would dial a second one on a busy machine. A body
+	// that was not drained still shows: its connection is closed, and the
+	// next request dials again.
+	base := &http.Transport{MaxIdleConnsPerHost: 4, MaxConnsPerHost: 1}
 	defer base.CloseIdleConnections()
 	c := &http.Client{Transport: Chain(base, Retry(policy.Retry{Backoff: constant(0)}))}
 	for range 100 {
@@ -596,7 +601,7 @@ func TestRetryConcurrent(t *testing.T) {
 			w.Write(body)
 		}))
 		c := &http.Client{Transport: Chain(env.base,
-			IdempotencyKey(idempotency.Options{}),
+			IdempotencyKey(idempotency.Options{Hosts: []string{"api.test"}}),
 			Deadline(time.Minute),
 			Retry(policy.Retry{MaxAttempts: 10, Backoff: constant(100 * time.Millisecond)}),
 			Deadline(10*time.Second))}
@@ -679,7 +684,7 @@ func (c *idleCounter) CloseIdleConnections() { c.n++ }
 
 func TestCloseIdleConnectionsReachesBase(t *testing.T) {
 	base := &idleCounter{}
-	rt := Chain(base, IdempotencyKey(idempotency.Options{}), Deadline(time.Second), Retry(policy.Retry{}), Deadline(time.Second))
+	rt := Chain(base, IdempotencyKey(idempotency.Options{Hosts: []string{"api.test"}}), Deadline(time.Second), Retry(policy.Retry{}), Deadline(time.Second))
 	(&http.Client{Transport: rt}).CloseIdleConnections()
 	if base.n != 1 {
 		t.Errorf("base CloseIdleConnections called %d times, want 1", base.n)
@@ -793,7 +798,7 @@ func TestMiddlewaresNilNext(t *testing.T) {
 	mws := map[string]Middleware{
 		"Deadline":       Deadline(time.Second),
 		"Retry":          Retry(policy.Retry{MaxAttempts: 1}),
-		"IdempotencyKey": IdempotencyKey(idempotency.Options{}),
+		"IdempotencyKey": IdempotencyKey(idempotency.Options{Hosts: []string{"api.test"}}),
 		"Breaker":        Breaker(BreakerSettings{}),
 		"RateLimitAware": RateLimitAware(ratelimit.Options{}),
 	}

@@ -9,34 +9,29 @@ import (
 	"github.com/sturdyhttp/sturdy/ratelimit"
 )
 
-// The attribute keys that [SlogHooks] writes. They are stable: dashboards
-// and alerts may rely on them. Request attributes follow OpenTelemetry's
-// semantic conventions; the URL's query is never logged, as it may carry
-// credentials.
+// The attribute keys and messages that [SlogHooks] writes, listed in its
+// doc.
 const (
-	AttrMethod   = "http.request.method"       // GET, POST, ...
-	AttrServer   = "server.address"            // the request's host (and port)
-	AttrPath     = "url.path"                  // the request's path
-	AttrStatus   = "http.response.status_code" // the attempt's status; absent on error
-	AttrError    = "error"                     // the attempt's error; absent on a response
-	AttrAttempt  = "sturdy.attempt"            // 1 for the first attempt
-	AttrAttempts = "sturdy.attempts"           // attempts made, on give-up
-	AttrDuration = "sturdy.duration"           // an attempt's duration
-	AttrWait     = "sturdy.wait"               // a wait about to happen
-	AttrReason   = "sturdy.reason"             // why a retry, a give-up or a wait
-	AttrKey      = "sturdy.key"                // a breaker's or a quota's key
-	AttrFrom     = "sturdy.breaker.from"       // a breaker's previous state
-	AttrTo       = "sturdy.breaker.to"         // a breaker's new state
-)
+	attrMethod   = "http.request.method"
+	attrServer   = "server.address"
+	attrPath     = "url.path"
+	attrStatus   = "http.response.status_code"
+	attrError    = "error"
+	attrAttempt  = "sturdy.attempt"
+	attrAttempts = "sturdy.attempts"
+	attrDuration = "sturdy.duration"
+	attrWait     = "sturdy.wait"
+	attrReason   = "sturdy.reason"
+	attrKey      = "sturdy.key"
+	attrFrom     = "sturdy.breaker.from"
+	attrTo       = "sturdy.breaker.to"
 
-// The messages that [SlogHooks] writes, one per kind of event.
-const (
-	MsgAttempt         = "sturdy: attempt"
-	MsgRetry           = "sturdy: retry"
-	MsgGiveUp          = "sturdy: give up"
-	MsgBreaker         = "sturdy: breaker state change"
-	MsgRateLimitWait   = "sturdy: rate limit wait"
-	MsgRateLimitReject = "sturdy: rate limit reject"
+	msgAttempt         = "sturdy: attempt"
+	msgRetry           = "sturdy: retry"
+	msgGiveUp          = "sturdy: give up"
+	msgBreaker         = "sturdy: breaker state change"
+	msgRateLimitWait   = "sturdy: rate limit wait"
+	msgRateLimitReject = "sturdy: rate limit reject"
 )
 
 // SlogHooks returns hooks that log every event of the stack to l: attempts
@@ -44,6 +39,22 @@ const (
 // rejections and breakers opening at Warn; other breaker changes at Info.
 // A nil l means [slog.Default]. An event at a level that l does not
 // enable costs only the enabled check.
+//
+// The messages and attribute keys are stable: dashboards and alerts may
+// rely on them. Request attributes follow OpenTelemetry's semantic
+// conventions; the URL's query is never logged, as it may carry
+// credentials.
+//
+//	message                          attributes
+//	"sturdy: attempt"                sturdy.attempt (1 for the first), http.response.status_code or error, sturdy.duration
+//	"sturdy: retry"                  sturdy.attempt (the one about to be made), sturdy.wait, sturdy.reason, status or error
+//	"sturdy: give up"                sturdy.attempts, sturdy.reason, status or error
+//	"sturdy: breaker state change"   sturdy.key, sturdy.breaker.from, sturdy.breaker.to
+//	"sturdy: rate limit wait"        sturdy.key, sturdy.wait, sturdy.reason
+//	"sturdy: rate limit reject"      sturdy.key, sturdy.wait, sturdy.reason
+//
+// Events of a request also carry http.request.method, server.address
+// (the request's host and port) and url.path.
 //
 //	transport.New(transport.Options{Hooks: transport.SlogHooks(logger)})
 func SlogHooks(l *slog.Logger) Hooks {
@@ -59,38 +70,38 @@ func SlogHooks(l *slog.Logger) Hooks {
 			return
 		}
 		if r != nil {
-			attrs = append(attrs, slog.String(AttrMethod, r.Method), slog.String(AttrServer, r.URL.Host), slog.String(AttrPath, r.URL.Path))
+			attrs = append(attrs, slog.String(attrMethod, r.Method), slog.String(attrServer, r.URL.Host), slog.String(attrPath, r.URL.Path))
 		}
 		l.LogAttrs(ctx, level, msg, attrs...)
 	}
 	outcome := func(status int, err error) slog.Attr {
 		if err != nil {
-			return slog.String(AttrError, err.Error())
+			return slog.String(attrError, err.Error())
 		}
-		return slog.Int(AttrStatus, status)
+		return slog.Int(attrStatus, status)
 	}
 	return Hooks{
 		OnAttempt: func(e policy.AttemptEvent) {
-			log(slog.LevelDebug, MsgAttempt, e.Request, slog.Int(AttrAttempt, e.Attempt), outcome(e.Status, e.Err), slog.Duration(AttrDuration, e.Duration))
+			log(slog.LevelDebug, msgAttempt, e.Request, slog.Int(attrAttempt, e.Attempt), outcome(e.Status, e.Err), slog.Duration(attrDuration, e.Duration))
 		},
 		OnRetry: func(e policy.RetryEvent) {
-			log(slog.LevelInfo, MsgRetry, e.Request, slog.Int(AttrAttempt, e.Attempt), slog.Duration(AttrWait, e.Wait), slog.String(AttrReason, e.Reason), outcome(e.Status, e.Err))
+			log(slog.LevelInfo, msgRetry, e.Request, slog.Int(attrAttempt, e.Attempt), slog.Duration(attrWait, e.Wait), slog.String(attrReason, string(e.Reason)), outcome(e.Status, e.Err))
 		},
 		OnGiveUp: func(e policy.GiveUpEvent) {
-			log(slog.LevelWarn, MsgGiveUp, e.Request, slog.Int(AttrAttempts, e.Attempts), slog.String(AttrReason, e.Reason), outcome(e.Status, e.Err))
+			log(slog.LevelWarn, msgGiveUp, e.Request, slog.Int(attrAttempts, e.Attempts), slog.String(attrReason, string(e.Reason)), outcome(e.Status, e.Err))
 		},
 		OnBreakerStateChange: func(key string, from, to BreakerState) {
 			level := slog.LevelInfo
 			if to == BreakerOpen {
 				level = slog.LevelWarn
 			}
-			log(level, MsgBreaker, nil, slog.String(AttrKey, key), slog.String(AttrFrom, from.String()), slog.String(AttrTo, to.String()))
+			log(level, msgBreaker, nil, slog.String(attrKey, key), slog.String(attrFrom, from.String()), slog.String(attrTo, to.String()))
 		},
 		OnRateLimitWait: func(e ratelimit.WaitEvent) {
-			log(slog.LevelInfo, MsgRateLimitWait, e.Request, slog.String(AttrKey, e.Key), slog.Duration(AttrWait, e.Wait), slog.String(AttrReason, e.Reason))
+			log(slog.LevelInfo, msgRateLimitWait, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
 		},
 		OnRateLimitReject: func(e ratelimit.RejectEvent) {
-			log(slog.LevelWarn, MsgRateLimitReject, e.Request, slog.String(AttrKey, e.Key), slog.Duration(AttrWait, e.Wait), slog.String(AttrReason, e.Reason))
+			log(slog.LevelWarn, msgRateLimitReject, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
 		},
 	}
 }

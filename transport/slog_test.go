@@ -24,23 +24,23 @@ func TestSlogHooks(t *testing.T) {
 	}{
 		{"attempt", func(h Hooks) {
 			h.OnAttempt(policy.AttemptEvent{Request: req, Attempt: 2, Status: 503, Duration: 1500 * time.Millisecond})
-		}, "DEBUG", map[string]any{"msg": MsgAttempt, AttrAttempt: 2.0, AttrStatus: 503.0, AttrDuration: 1.5e9}},
+		}, "DEBUG", map[string]any{"msg": msgAttempt, attrAttempt: 2.0, attrStatus: 503.0, attrDuration: 1.5e9}},
 		{"retry on error", func(h Hooks) {
 			h.OnRetry(policy.RetryEvent{Request: req, Attempt: 3, Wait: time.Second, Reason: "dial error", Err: errors.New("refused")})
-		}, "INFO", map[string]any{"msg": MsgRetry, AttrAttempt: 3.0, AttrWait: 1e9, AttrReason: "dial error", AttrError: "refused"}},
+		}, "INFO", map[string]any{"msg": msgRetry, attrAttempt: 3.0, attrWait: 1e9, attrReason: "dial error", attrError: "refused"}},
 		{"give up", func(h Hooks) {
 			h.OnGiveUp(policy.GiveUpEvent{Request: req, Attempts: 4, Reason: "status 503, attempts exhausted", Status: 503})
-		}, "WARN", map[string]any{"msg": MsgGiveUp, AttrAttempts: 4.0, AttrReason: "status 503, attempts exhausted", AttrStatus: 503.0}},
+		}, "WARN", map[string]any{"msg": msgGiveUp, attrAttempts: 4.0, attrReason: "status 503, attempts exhausted", attrStatus: 503.0}},
 		{"breaker opens", func(h Hooks) { h.OnBreakerStateChange("https://api.test", BreakerClosed, BreakerOpen) },
-			"WARN", map[string]any{"msg": MsgBreaker, AttrKey: "https://api.test", AttrFrom: "closed", AttrTo: "open"}},
+			"WARN", map[string]any{"msg": msgBreaker, attrKey: "https://api.test", attrFrom: "closed", attrTo: "open"}},
 		{"breaker half-open", func(h Hooks) { h.OnBreakerStateChange("https://api.test", BreakerOpen, BreakerHalfOpen) },
-			"INFO", map[string]any{"msg": MsgBreaker, AttrKey: "https://api.test", AttrFrom: "open", AttrTo: "half-open"}},
+			"INFO", map[string]any{"msg": msgBreaker, attrKey: "https://api.test", attrFrom: "open", attrTo: "half-open"}},
 		{"rate limit wait", func(h Hooks) {
 			h.OnRateLimitWait(ratelimit.WaitEvent{Request: req, Key: "https://api.test:8443", Wait: 2 * time.Second, Reason: ratelimit.ReasonQuota})
-		}, "INFO", map[string]any{"msg": MsgRateLimitWait, AttrKey: "https://api.test:8443", AttrWait: 2e9, AttrReason: "quota"}},
+		}, "INFO", map[string]any{"msg": msgRateLimitWait, attrKey: "https://api.test:8443", attrWait: 2e9, attrReason: "quota"}},
 		{"rate limit reject", func(h Hooks) {
 			h.OnRateLimitReject(ratelimit.RejectEvent{Request: req, Key: "https://api.test:8443", Wait: time.Minute, Reason: ratelimit.ReasonRetryAfter})
-		}, "WARN", map[string]any{"msg": MsgRateLimitReject, AttrKey: "https://api.test:8443", AttrWait: 6e10, AttrReason: "retry-after"}},
+		}, "WARN", map[string]any{"msg": msgRateLimitReject, attrKey: "https://api.test:8443", attrWait: 6e10, attrReason: "retry-after"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,8 +57,8 @@ func TestSlogHooks(t *testing.T) {
 			}
 			delete(got, "level")
 			want := tt.want
-			if want["msg"] != MsgBreaker { // every event but a breaker's has a request
-				want[AttrMethod], want[AttrServer], want[AttrPath] = "POST", "api.test:8443", "/v1/charges"
+			if want["msg"] != msgBreaker { // every event but a breaker's has a request
+				want[attrMethod], want[attrServer], want[attrPath] = "POST", "api.test:8443", "/v1/charges"
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("logged %v, want %v", got, want)

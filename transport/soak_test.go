@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -44,9 +45,16 @@ import (
 //     prefix of it);
 //   - every response the caller read to its end is the one the server
 //     meant for that caller;
-//   - behind the idempotent payments emulator every logical charge
-//     happened at most once, and every success the caller saw happened
-//     exactly once, under the charge id the caller was given;
+//   - behind the idempotent payments emulator (its host is listed in
+//     Idempotency.Hosts, so every charge is vouched for and carries a
+//     key) every logical charge happened at most once, and every success
+//     the caller saw happened exactly once, under the charge id the
+//     caller was given;
+//   - the echo server does not deduplicate, and nobody vouched for its
+//     POSTs: none of them carries a key, and none was acted on twice
+//     (a POST nobody vouched for is sent again only after an outcome
+//     that proves the server did not act: a 429, a problem with
+//     is_retriable: true, a connection never made);
 //   - every attempt of an operation carried the same idempotency key;
 //   - no operation, its response body included, outlived its deadline
 //     (margin 0 on virtual time);
@@ -82,7 +90,7 @@ type soakKind int
 
 const (
 	kindPut    soakKind = iota // PUT /objects/{id}: idempotent, random body
-	kindPost                   // POST /echo/{id}: keyed by the stack, random body
+	kindPost                   // POST /echo/{id}: nobody vouches for it, random body; the server does not deduplicate
 	kindCharge                 // POST /charges?op={id}: the payments emulator
 	kindGet                    // GET /stream/{id}: random response body
 )
@@ -231,6 +239,7 @@ type soakServer struct {
 	arrivals   map[int]int                 // requests per operation
 	keys       map[int]map[string]struct{} // idempotency keys seen per operation
 	charges    map[int][]string            // charge ids made per operation
+	acts       map[int]int                 // times an unvouched POST was acted on, per operation
 	violations []string
 
 	faults        [nFaults]atomic.Int64
@@ -244,7 +253,7 @@ type soakServer struct {
 func newSoakServer(cfg *soakConfig, pay *httptestutil.Payments, span time.Duration) *soakServer {
 	s := &soakServer{
 		cfg: cfg, start: time.Now(), pay: pay,
-		arrivals: map[int]int{}, keys: map[int]map[string]struct{}{}, charges: map[int][]string{},
+		arrivals: map[int]int{}, keys: map[int]map[string]struct{}{}, charges: map[int][]string{}, acts: map[int]int{},
 	}
 	rng := rand.New(rand.NewPCG(cfg.seed, 0xb0257))
 	for at := time.Duration(0); at < span; {
@@ -319,6 +328,13 @@ func (s *soakServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sp := s.cfg.spec(id)
 	if sp.kind != kind {
 		s.violate("op %d: server got a %s request, want %s", id, soakKindNames[kind], soakKindNames[sp.kind])
+	}
+	if kind == kindPost {
+		for _, h := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
+			if _, ok := r.Header[h]; ok {
+				s.violate("op %d: a POST nobody vouched for carried %s %q, want no key", id, h, r.Header.Get(h))
+			}
+		}
 	}
 	s.mu.Lock()
 	n := s.arrivals[id]
@@ -475,6 +491,11 @@ func (s *soakServer) act(sp soakSpec, r *http.Request) (int, http.Header, []byte
 	case kindGet:
 		return 200, http.Header{"Content-Type": {"application/octet-stream"}}, s.cfg.body(sp)
 	case kindPut, kindPost:
+		if sp.kind == kindPost {
+			s.mu.Lock()
+			s.acts[sp.id]++
+			s.mu.Unlock()
+		}
 		b, _ := io.ReadAll(r.Body)
 		sum := sha256.Sum256(b)
 		out := fmt.Appendf(nil, `{"op":%d,"len":%d,"sha256":%q}`, sp.id, len(b), hex.EncodeToString(sum[:]))
@@ -525,6 +546,7 @@ type soakClient struct {
 	cfg     *soakConfig
 	client  *http.Client
 	base    string
+	payBase string        // the payments emulator's URL: a host listed in Idempotency.Hosts
 	timeout time.Duration // the stack's whole-operation budget
 	margin  time.Duration // how far past its deadline an operation may end
 	tally   *soakTally
@@ -602,8 +624,12 @@ func (c *soakClient) try(sp soakSpec) bool {
 
 func (c *soakClient) request(ctx context.Context, sp soakSpec) (*http.Request, []byte) {
 	method := map[soakKind]string{kindPut: "PUT", kindPost: "POST", kindCharge: "POST", kindGet: "GET"}[sp.kind]
+	base := c.base
+	if sp.kind == kindCharge {
+		base = c.payBase
+	}
 	if sp.kind == kindGet {
-		req, _ := http.NewRequestWithContext(ctx, method, c.cfg.url(c.base, sp), nil)
+		req, _ := http.NewRequestWithContext(ctx, method, c.cfg.url(base, sp), nil)
 		return req, c.cfg.body(sp)
 	}
 	b := c.cfg.body(sp)
@@ -623,7 +649,7 @@ func (c *soakClient) request(ctx context.Context, sp soakSpec) (*http.Request, [
 	case readerNopClose:
 		body = io.NopCloser(bytes.NewReader(b))
 	}
-	req, _ := http.NewRequestWithContext(ctx, method, c.cfg.url(c.base, sp), body)
+	req, _ := http.NewRequestWithContext(ctx, method, c.cfg.url(base, sp), body)
 	switch sp.reader {
 	case readerGetBody:
 		req.ContentLength = int64(len(b))
@@ -781,17 +807,24 @@ type soakReport struct {
 	took  time.Duration
 }
 
-// drive runs the clients against base through New and waits for them.
-func (r *soakRun) drive(url string, base http.RoundTripper, srv *soakServer) *soakReport {
+// drive runs the clients against base through New and waits for them:
+// charges go to payURL, whose host is listed in Idempotency.Hosts, the
+// rest to url.
+func (r *soakRun) drive(url, payURL string, base http.RoundTripper, srv *soakServer) *soakReport {
 	tally := &soakTally{outcomes: map[string]int{}, seen: map[int]string{}}
 	o := r.opts
 	o.Base = base
+	pu, err := neturl.Parse(payURL)
+	if err != nil {
+		panic(err)
+	}
+	o.Idempotency.Hosts = append(o.Idempotency.Hosts, pu.Hostname())
 	o.Hooks.OnAttempt = func(policy.AttemptEvent) { tally.attempts.Add(1) }
 	timeout := o.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	c := &soakClient{cfg: &r.cfg, client: &http.Client{Transport: New(o)}, base: url, timeout: timeout, margin: r.margin, tally: tally}
+	c := &soakClient{cfg: &r.cfg, client: &http.Client{Transport: New(o)}, base: url, payBase: payURL, timeout: timeout, margin: r.margin, tally: tally}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range r.clients {
@@ -844,6 +877,17 @@ func (r *soakRun) account(rep *soakReport, g *connGauge) (problems []string, rep
 	if st.Mismatches != 0 || st.MissingKeys != 0 {
 		fail("payments emulator: %d key reuses with another payload, %d requests without a key, want 0 and 0", st.Mismatches, st.MissingKeys)
 	}
+	// A POST nobody vouched for, to a server that does not deduplicate:
+	// acted on at most once.
+	var posts, acted, twice int
+	for id, n := range s.acts {
+		acted++
+		if n > 1 {
+			twice++
+			fail("op %d (POST nobody vouched for): acted on %d times, want at most once", id, n)
+		}
+	}
+	posts = tally.byKind[kindPost]
 	// One key per operation, the caller's when it set one.
 	var rekeyed int
 	for id, keys := range s.keys {
@@ -891,6 +935,7 @@ func (r *soakRun) account(rep *soakReport, g *connGauge) (problems []string, rep
 		tally.sent, s.bytesCompared.Load(), s.bodies.Load(), s.partial.Load(), s.mismatches.Load())
 	fmt.Fprintf(&b, "  charges: %d operations, %d made, %d confirmed to the caller (%d replays, %d conflicts); duplicates found: %d; confirmed but not made exactly once: %d\n",
 		tally.byKind[kindCharge], made, len(tally.seen), st.Replays, st.Conflicts, duplicates, lost)
+	fmt.Fprintf(&b, "  POSTs nobody vouched for (no deduplication): %d operations, %d acted on, %d acted on more than once\n", posts, acted, twice)
 	fmt.Fprintf(&b, "  operations with an idempotency key: %d; with more than one key across attempts: %d\n", len(s.keys), rekeyed)
 	fmt.Fprintf(&b, "  deadline overruns (margin %v): %d, worst %v; open connections at the end: server %d, client %d; problems: %d",
 		r.margin, tally.overruns, tally.maxOver, g.server.Load(), g.client.Load(), len(problems))
@@ -962,7 +1007,7 @@ func TestSoakVirtual(t *testing.T) {
 			opts: Options{
 				AttemptTimeout: 10 * time.Second,
 				Retry:          policy.Retry{MaxAttempts: 8, MaxBufferedBody: 64 << 10},
-				Disable:        LayerBreaker | LayerRetryBudget,
+				Disable:        LayerBreaker, DisableRetryBudget: true,
 			},
 		},
 	}
@@ -989,6 +1034,8 @@ func (r soakRun) virtualSoak(seed uint64, wrap func(http.RoundTripper) http.Roun
 	n := httptestutil.NewNetwork()
 	hs := n.Start("api.test", &http.Server{Handler: srv, ConnState: g.connState})
 	defer hs.Close()
+	ps := n.Start("pay.test", &http.Server{Handler: srv, ConnState: g.connState})
+	defer ps.Close()
 	tr := n.Transport()
 	tr.DialContext = g.dial(tr.DialContext)
 	defer tr.CloseIdleConnections()
@@ -997,7 +1044,7 @@ func (r soakRun) virtualSoak(seed uint64, wrap func(http.RoundTripper) http.Roun
 		base = wrap(tr)
 	}
 
-	rep := r.drive(hs.URL, base, srv)
+	rep := r.drive(hs.URL, ps.URL, base, srv)
 	time.Sleep(r.delay) // let charges whose caller left finish
 	tr.CloseIdleConnections()
 	synctest.Wait()
@@ -1031,6 +1078,21 @@ func TestSoakCatchesBrokenStacks(t *testing.T) {
 				return next.RoundTrip(r)
 			})
 		}, "different idempotency keys"},
+		{"POST nobody vouched for sent twice", func(next http.RoundTripper) http.RoundTripper {
+			return Func(func(r *http.Request) (*http.Response, error) {
+				if r.Method == "POST" && strings.HasPrefix(r.URL.Path, "/echo/") && r.GetBody != nil {
+					if body, err := r.GetBody(); err == nil {
+						first := r.Clone(r.Context())
+						first.Body = body
+						if resp, err := next.RoundTrip(first); err == nil {
+							io.Copy(io.Discard, resp.Body)
+							resp.Body.Close()
+						}
+					}
+				}
+				return next.RoundTrip(r)
+			})
+		}, "acted on 2 times"},
 		{"returns late after a timeout", func(next http.RoundTripper) http.RoundTripper {
 			return Func(func(r *http.Request) (*http.Response, error) {
 				resp, err := next.RoundTrip(r)
@@ -1069,7 +1131,7 @@ func TestSoakCatchesBrokenStacks(t *testing.T) {
 				r := soakRun{
 					name: tt.name, clients: 8, ops: 25,
 					cfg:  soakConfig{maxBody: 64 << 10, ok: 40},
-					opts: Options{Timeout: 15 * time.Second, Disable: LayerBreaker | LayerRetryBudget},
+					opts: Options{Timeout: 15 * time.Second, Disable: LayerBreaker, DisableRetryBudget: true},
 				}
 				problems, report := r.virtualSoak(soakSeed(), tt.wrap)
 				for _, p := range problems {
@@ -1116,7 +1178,10 @@ func TestSoakLoopback(t *testing.T) {
 	base := cleanhttp.DefaultPooledTransport()
 	base.DialContext = g.dial(base.DialContext)
 
-	rep := r.drive(hs.URL, base, srv)
+	// The same server under two names: charges go to localhost, the
+	// host listed in Idempotency.Hosts; the rest to 127.0.0.1.
+	payURL := strings.Replace(hs.URL, "127.0.0.1", "localhost", 1)
+	rep := r.drive(hs.URL, payURL, base, srv)
 	// Connections close asynchronously: give both ends a moment.
 	for i := 0; i < 200 && (g.server.Load() != 0 || g.client.Load() != 0); i++ {
 		time.Sleep(10 * time.Millisecond)

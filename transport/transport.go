@@ -1,6 +1,10 @@
 package transport
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/sturdyhttp/sturdy/internal/hosts"
+)
 
 // Middleware wraps a RoundTripper with one concern (a deadline, retries, a
 // circuit breaker, ...). Middlewares compose with [Chain].
@@ -54,12 +58,14 @@ func closeIdle(rt http.RoundTripper) {
 	}
 }
 
-// HostKey returns the default key that per-host state (breakers, quotas,
-// retry budgets) is kept under: the request URL's scheme and host, port
-// included when the URL has one, as in "https://api.example.com".
+// HostKey returns the key that per-host state (breakers, quotas, retry
+// budgets) is kept under: the request URL's scheme and host, lowercased,
+// with the port when it is not the scheme's default, as in
+// "https://api.example.com" (for "https://API.example.com:443/v1") or
+// "http://localhost:8080".
 func HostKey(r *http.Request) string {
 	if r.URL == nil {
 		return ""
 	}
-	return r.URL.Scheme + "://" + r.URL.Host
+	return hosts.KeyOf(r.URL).String()
 }

@@ -76,8 +76,11 @@ func writeChart(w io.Writer, c config, sums []summary, runs []result) error {
 	fmt.Fprintf(bw, `<text x="%.1f" y="%d" text-anchor="middle" fill="#333333">time since the start of the run</text>`+"\n", padL+plotW/2, chartH-12)
 	fmt.Fprintf(bw, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle" fill="#333333">requests per 100 ms</text>`+"\n", padT+plotH/2)
 
-	// One line per kind of client, zero where the server saw nothing.
+	// One line per kind of client, zero where the server saw nothing:
+	// solid where the load generator kept up, dotted where it fell
+	// behind (see lagMeter), since there the line shows this machine.
 	n := int((xmax + bucket - 1) / bucket)
+	anyBehind := false
 	for _, r := range runs {
 		counts := make([]int64, n)
 		for _, b := range r.buckets {
@@ -85,12 +88,40 @@ func writeChart(w io.Writer, c config, sums []summary, runs []result) error {
 				counts[i] = b.Requests
 			}
 		}
-		var pts strings.Builder
-		for i, v := range counts {
-			fmt.Fprintf(&pts, "%.1f,%.1f ", x(time.Duration(i)*bucket+bucket/2), y(float64(v)))
+		behind := r.lag.behind(c)
+		late := func(i int) bool { return i < len(behind) && behind[i] }
+		pt := func(i int) string {
+			return fmt.Sprintf("%.1f,%.1f", x(time.Duration(i)*bucket+bucket/2), y(float64(counts[i])))
 		}
-		fmt.Fprintf(bw, `<polyline fill="none" stroke="%s" stroke-width="2" stroke-linejoin="round" points="%s"/>`+"\n",
-			colors[r.kind], strings.TrimSpace(pts.String()))
+		// Segment i joins point i to point i+1; it is dotted if either
+		// end fell behind. Each stretch of one style is a subpath.
+		var solid, dotted strings.Builder
+		for i := 0; i+1 < n; i++ {
+			d := &solid
+			if late(i) || late(i+1) {
+				d = &dotted
+			}
+			if i == 0 || (late(i-1) || late(i)) != (late(i) || late(i+1)) {
+				fmt.Fprintf(d, "M%s ", pt(i))
+			}
+			fmt.Fprintf(d, "L%s ", pt(i+1))
+		}
+		if n == 1 {
+			fmt.Fprintf(&solid, "M%s h0.1 ", pt(0))
+		}
+		if solid.Len() > 0 {
+			fmt.Fprintf(bw, `<path class="line" fill="none" stroke="%s" stroke-width="2" stroke-linejoin="round" d="%s"/>`+"\n",
+				colors[r.kind], strings.TrimSpace(solid.String()))
+		}
+		if dotted.Len() > 0 {
+			anyBehind = true
+			fmt.Fprintf(bw, `<path class="behind" fill="none" stroke="%s" stroke-width="2" stroke-dasharray="1 5" stroke-linecap="round" d="%s"/>`+"\n",
+				colors[r.kind], strings.TrimSpace(dotted.String()))
+		}
+	}
+	if anyBehind {
+		fmt.Fprintf(bw, `<text x="%.1f" y="%d" text-anchor="end" fill="#555555">dotted: the load generator fell behind (busy machine)</text>`+"\n",
+			padL+plotW, padT-8)
 	}
 
 	// The legend, above the plot, one row per kind.

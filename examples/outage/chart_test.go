@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,7 +43,7 @@ func TestWriteChart(t *testing.T) {
 	}
 
 	d := xml.NewDecoder(&buf)
-	var polylines, shades int
+	var lines, shades int
 	strokes := map[string]bool{}
 	for {
 		tok, err := d.Token()
@@ -61,11 +62,13 @@ func TestWriteChart(t *testing.T) {
 			attr[a.Name.Local] = a.Value
 		}
 		switch {
-		case se.Name.Local == "polyline":
-			polylines++
+		case se.Name.Local == "path" && attr["class"] == "behind":
+			t.Errorf("a dotted line where the load generator kept up: %v", attr["d"])
+		case se.Name.Local == "path" && attr["class"] == "line":
+			lines++
 			strokes[attr["stroke"]] = true
-			if got := len(strings.Fields(attr["points"])); got != 20 {
-				t.Errorf("a polyline has %d points, want 20 (one per bucket)", got)
+			if got := len(strings.Fields(attr["d"])); got != 20 {
+				t.Errorf("a line has %d points, want 20 (one per bucket): %s", got, attr["d"])
 			}
 		case se.Name.Local == "rect" && attr["fill-opacity"] != "":
 			shades++
@@ -81,11 +84,79 @@ func TestWriteChart(t *testing.T) {
 			}
 		}
 	}
-	if polylines != len(kinds) || len(strokes) != len(kinds) {
-		t.Errorf("got %d polylines in %d colors, want %d in %d", polylines, len(strokes), len(kinds), len(kinds))
+	if lines != len(kinds) || len(strokes) != len(kinds) {
+		t.Errorf("got %d lines in %d colors, want %d in %d", lines, len(strokes), len(kinds), len(kinds))
 	}
 	if shades != 1 {
 		t.Errorf("got %d shaded rectangles, want 1", shades)
+	}
+}
+
+// TestWriteChartBehind checks that where the load generator fell behind
+// the line is dotted instead of solid, and the chart says why.
+func TestWriteChartBehind(t *testing.T) {
+	c := config{Clients: 3, Run: 2 * time.Second, OutageStart: 500 * time.Millisecond, Outage: time.Second, Deadline: time.Second, Think: 100 * time.Millisecond}
+	r := result{kind: kindSturdy, lag: lagStats{mean: make([]time.Duration, 30)}}
+	for j := range 20 {
+		r.buckets = append(r.buckets, httptestutil.OutageBucket{Start: time.Duration(j) * bucket, Requests: 10})
+	}
+	r.lag.mean[3], r.lag.mean[4] = 50*time.Millisecond, 20*time.Millisecond // 20ms: exactly Think/5
+	var buf bytes.Buffer
+	if err := writeChart(&buf, c, []summary{summarize(c, r)}, []result{r}); err != nil {
+		t.Fatal(err)
+	}
+	solid, dotted := pathPoints(t, buf.Bytes())
+	// Buckets 3 and 4 fell behind: segments 2-3, 3-4 and 4-5 are dotted,
+	// the rest (0-1-2 and 5-...-19, the 2 s axis) solid.
+	if got, want := dotted, []int{4}; !slices.Equal(got, want) {
+		t.Errorf("dotted subpaths have %v points, want %v", got, want)
+	}
+	if got, want := solid, []int{3, 15}; !slices.Equal(got, want) {
+		t.Errorf("solid subpaths have %v points, want %v", got, want)
+	}
+	if !strings.Contains(buf.String(), "load generator fell behind") {
+		t.Errorf("the chart does not say what the dotted stretch means")
+	}
+}
+
+// pathPoints returns the number of points of each subpath of the chart's
+// solid and dotted lines.
+func pathPoints(t *testing.T, doc []byte) (solid, dotted []int) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(doc))
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			return solid, dotted
+		}
+		if err != nil {
+			t.Fatalf("the chart is not well-formed XML: %v", err)
+		}
+		se, ok := tok.(xml.StartElement)
+		if !ok || se.Name.Local != "path" {
+			continue
+		}
+		var class, path string
+		for _, a := range se.Attr {
+			switch a.Name.Local {
+			case "class":
+				class = a.Value
+			case "d":
+				path = a.Value
+			}
+		}
+		var counts []int
+		for _, f := range strings.Fields(path) {
+			if strings.HasPrefix(f, "M") {
+				counts = append(counts, 0)
+			}
+			counts[len(counts)-1]++
+		}
+		if class == "behind" {
+			dotted = append(dotted, counts...)
+		} else {
+			solid = append(solid, counts...)
+		}
 	}
 }
 

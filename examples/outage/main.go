@@ -13,11 +13,19 @@
 // healthy again. Every client goroutine runs operations in a loop, each
 // with a deadline, with a think time between them. The program prints a
 // table (the load the server got during the outage and right after it,
-// what the callers saw) and writes an SVG chart of the server's load.
+// what the callers saw: succeeded, failed fast without sending a request,
+// failed after waiting) and writes an SVG chart of the server's load to
+// outage.svg in the current directory (-svg names another file).
+//
+// The clients and the server share this machine. A goroutine measures
+// how late its own timers fire; where they fire late (the machine is
+// busy, or has too few CPUs for -clients), the clients start fewer
+// operations than asked, so the program warns and the chart draws that
+// stretch dotted instead of showing a drop that is not the client's doing.
 //
 //	go run ./examples/outage                  # about 20 s
 //	go run ./examples/outage -clients 1000 -run 20s -outage-start 5s -outage 10s
-//	go run ./examples/outage -readme          # also writes docs/outage.svg
+//	go run ./examples/outage -readme          # also writes docs/outage.svg, the README's chart
 //
 // Everything stays on this machine: the server listens on 127.0.0.1, and
 // every loop stops by itself.
@@ -61,7 +69,7 @@ func mainErr(args []string, out io.Writer) error {
 	fs.DurationVar(&c.Backoff, "backoff", 100*time.Millisecond, "first wait of the fixed-backoff client, doubled at each retry")
 	fs.DurationVar(&c.Cooldown, "cooldown", 0, "sturdy's breaker cooldown; 0 keeps transport.DefaultBreakerCooldown")
 	svg := fs.String("svg", "outage.svg", "where to write the chart")
-	readme := fs.Bool("readme", false, "also write the chart to docs/outage.svg (run from the repository root)")
+	readme := fs.Bool("readme", false, "also write the chart to docs/outage.svg, the one the README shows (run from the repository root)")
 	fs.SetOutput(out)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -101,12 +109,17 @@ func mainErr(args []string, out io.Writer) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("outage: interrupted")
 		}
-		fmt.Fprintf(out, "%d operations in %.1fs\n", len(r.ops), r.elapsed.Seconds())
+		fmt.Fprintf(out, "%s operations in %.1fs; the load generator's timers fired %v late on average (worst %v)\n",
+			thousands(int64(len(r.ops))), r.elapsed.Seconds(), r.lag.overall.Round(100*time.Microsecond), r.lag.worst.Round(time.Millisecond))
 		runs = append(runs, r)
 		sums = append(sums, summarize(c, r))
 	}
 	fmt.Fprintln(out)
 	printTable(out, c, sums)
+	if note := lagNote(c, runs); note != "" {
+		fmt.Fprintln(out, note)
+		fmt.Fprintln(out)
+	}
 
 	paths := []string{*svg}
 	if *readme {
@@ -120,7 +133,7 @@ func mainErr(args []string, out io.Writer) error {
 		if err != nil {
 			abs = p
 		}
-		fmt.Fprintf(out, "chart: %s (server requests per 100 ms over time, one line per client, the outage shaded)\n", abs)
+		fmt.Fprintf(out, "chart: %s (server requests per 100 ms over time, one line per kind of client, the outage shaded)\n", abs)
 	}
 	return nil
 }
@@ -169,13 +182,13 @@ func printTable(out io.Writer, c config, sums []summary) {
 	row("  in all", num(func(s summary) int64 { return s.total }))
 	row("CALLERS (operations)", func(summary) string { return "" })
 	row("  started", num(func(s summary) int64 { return int64(s.ops) }))
-	row("  succeeded", func(s summary) string {
-		return fmt.Sprintf("%s (%s)", thousands(int64(s.ok)), pct(s.ok, s.ops))
+	row("  succeeded | failed fast (no request sent) [2]", func(s summary) string {
+		return pct(s.ok, s.ops) + " | " + pct(s.open, s.ops)
 	})
-	row("  failed fast on an open circuit (no request)", num(func(s summary) int64 { return int64(s.open) }))
+	row("  failed after waiting on the server", func(s summary) string { return pct(s.ops-s.ok-s.open, s.ops) })
 	row("  latency p50", func(s summary) string { return ms(s.p50) })
 	row("  latency p99", func(s summary) string { return ms(s.p99) })
-	row("  time until 99% of new operations succeed [2]", func(s summary) string {
+	row("  time until 99% of new operations succeed [3]", func(s summary) string {
 		if s.neverOK {
 			return "not in this run"
 		}
@@ -199,12 +212,33 @@ func printTable(out io.Writer, c config, sums []summary) {
 		fmt.Fprintf(out, "During the outage the server got no request from sturdy (%s from the naive loop).\n", thousands(naive.during))
 	}
 	if st.kind == kindSturdy {
+		fmt.Fprintln(out, tradeNote(st, sums))
 		fmt.Fprintln(out, breakerNote(c, st.breaker))
 	}
 	fmt.Fprintln(out, "[1] requests whose operation's deadline (sent along in the "+deadlineHeader+" header) had passed when the server got them.")
-	fmt.Fprintln(out, "[2] from the server's return: operations are grouped by start time in 100 ms buckets; the first bucket from which")
+	fmt.Fprintln(out, "[2] refused at once by an open circuit breaker (transport.ErrCircuitOpen): the caller did not wait on a server that")
+	fmt.Fprintln(out, "    was down, and the server got nothing.")
+	fmt.Fprintln(out, "[3] from the server's return: operations are grouped by start time in 100 ms buckets; the first bucket from which")
 	fmt.Fprintln(out, "    every later one had at least 99% of its operations succeed. Latency counts every operation, failed ones too.")
 	fmt.Fprintln(out)
+}
+
+// tradeNote says what sturdy's callers got, and what a kind that saved
+// more operations paid for them.
+func tradeNote(st summary, sums []summary) string {
+	s := fmt.Sprintf("sturdy's callers: %s succeeded, %s failed fast without sending a request, %s failed after waiting.",
+		pct(st.ok, st.ops), pct(st.open, st.ops), pct(st.ops-st.ok-st.open, st.ops))
+	best := st
+	for _, o := range sums {
+		if o.ops > 0 && float64(o.ok)/float64(o.ops) > float64(best.ok)/float64(max(best.ops, 1)) {
+			best = o
+		}
+	}
+	if best.kind != st.kind {
+		s += fmt.Sprintf("\nThe %s saved more operations (%s) by waiting on the server: p99 latency %s against sturdy's %s.",
+			best.kind, pct(best.ok, best.ops), ms(best.p99), ms(st.p99))
+	}
+	return s
 }
 
 // breakerNote says what sturdy's breakers did.
@@ -216,8 +250,8 @@ func breakerNote(c config, b breakerStats) string {
 	if cooldown == 0 {
 		cooldown, which = transport.DefaultBreakerCooldown, "the default"
 	}
-	s := fmt.Sprintf("sturdy's breakers (one per client process) opened %d times, first at %.2fs: open for %v (%s), then one probe;\n"+
-		"each failed probe reopens a breaker for twice as long.",
+	s := fmt.Sprintf("sturdy's breakers (one per client process) opened %d times, first at %.2fs: open for up to %v (%s, jittered),\n"+
+		"then one probe; each failed probe reopens a breaker for as long again.",
 		b.opens, b.firstOpen.Seconds(), cooldown, which)
 	if b.closes > 0 {
 		s += fmt.Sprintf("\nThey closed again %d times, the last at %.2fs, %.2fs after the server came back.",

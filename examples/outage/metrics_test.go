@@ -170,10 +170,10 @@ func TestBreakerNote(t *testing.T) {
 		{"never opened", 0, breakerStats{}, []string{"never opened"}},
 		{"still open, default cooldown", 0,
 			breakerStats{opens: 10, firstOpen: 1100 * time.Millisecond, lastOpen: 1200 * time.Millisecond, openAtEnd: 10},
-			[]string{"opened 10 times, first at 1.10s", "open for 1s (the default)", "twice as long", "10 were still open"}},
+			[]string{"opened 10 times, first at 1.10s", "open for up to 200ms (the default, jittered)", "for as long again", "10 were still open"}},
 		{"closed again", 2 * time.Second,
 			breakerStats{opens: 4, firstOpen: time.Second, lastOpen: 3 * time.Second, closes: 4, lastClose: 5500 * time.Millisecond},
-			[]string{"opened 4 times", "open for 2s (-cooldown)", "closed again 4 times, the last at 5.50s, 1.50s after the server came back"}},
+			[]string{"opened 4 times", "open for up to 2s (-cooldown, jittered)", "closed again 4 times, the last at 5.50s, 1.50s after the server came back"}},
 	}
 	for _, tt := range tests {
 		c.Cooldown = tt.cooldown

@@ -115,6 +115,7 @@ type result struct {
 	late    int64                       // requests that reached the server after their deadline
 	elapsed time.Duration               // wall time of the run, the last operations included
 	breaker breakerStats                // sturdy only
+	lag     lagStats                    // how far behind the load generator ran
 }
 
 // breakerStats is what sturdy's breakers did in a run, seen through
@@ -212,6 +213,7 @@ func run(ctx context.Context, c config, k kind) (result, error) {
 		closers = append(closers, closeIdle)
 	}
 
+	lag := startLag(start, c.Run+c.Deadline+time.Second)
 	perClient := make([][]op, c.Clients)
 	var wg sync.WaitGroup
 	for g := range c.Clients {
@@ -221,6 +223,7 @@ func run(ctx context.Context, c config, k kind) (result, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	lagged := lag.stop()
 
 	for _, f := range closers {
 		f()
@@ -232,7 +235,7 @@ func run(ctx context.Context, c config, k kind) (result, error) {
 	}
 	<-served
 
-	res := result{kind: k, buckets: emu.Buckets(), late: late.Load(), elapsed: elapsed, breaker: breakers.result()}
+	res := result{kind: k, buckets: emu.Buckets(), late: late.Load(), elapsed: elapsed, breaker: breakers.result(), lag: lagged}
 	for _, ops := range perClient {
 		res.ops = append(res.ops, ops...)
 	}
@@ -347,7 +350,10 @@ type statusError int
 func (e statusError) Error() string { return "outage: status " + strconv.Itoa(int(e)) }
 
 // get sends one GET carrying the operation's deadline, reads the whole
-// body, and reports a non-200 status as an error.
+// body, and reports a non-200 status as an error. Every client's
+// operations are GETs: idempotent, so sturdy may send one more than once
+// (a POST nobody vouched for would be sent once, unless the outcome
+// proved the server did not act on it).
 func get(ctx context.Context, hc *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

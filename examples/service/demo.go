@@ -30,7 +30,7 @@ func demo(out io.Writer) error {
 		client *http.Client
 	}{
 		{"1. The outbound client as it was: &http.Client{Timeout: 10 * time.Second}", legacyClient()},
-		{"2. One line changed: &http.Client{Transport: transport.New(transport.Options{Timeout: 10 * time.Second})}", sturdyClient()},
+		{"2. One line changed: &http.Client{Transport: transport.New(transport.Options{Timeout: 10 * time.Second, PropagateDeadline: true})}", sturdyClient()},
 	} {
 		fmt.Fprintln(out, c.title)
 		o, err := scenario(out, c.client, 3)
@@ -42,8 +42,9 @@ func demo(out io.Writer) error {
 			joinStatuses(o.statuses), o.orders, o.charges, o.runs, len(o.payments))
 	}
 	fmt.Fprintln(out, "With sturdy the caller's first try succeeds: the service's client retries the 503 and the dropped")
-	fmt.Fprintln(out, "connection itself, after jittered waits, inside one 10 s budget; the POST is safe to retry because")
-	fmt.Fprintln(out, "every attempt carries the same Idempotency-Key, and payments replays the charge it already made.")
+	fmt.Fprintln(out, "connection itself, after jittered waits, inside one 10 s budget. The POST is sent again only because")
+	fmt.Fprintln(out, "the service vouches for it: it carries the service's own Idempotency-Key (sturdy adds none to a")
+	fmt.Fprintln(out, "request nobody vouched for), every attempt the same one, and payments replays the charge it made.")
 	fmt.Fprintln(out, "Either way, idempotency.Handler answers the repeated order from its store: one order, one charge.")
 	return nil
 }

@@ -11,7 +11,16 @@
 // Adopting sturdy changed one line, the outbound client:
 //
 //	before: &http.Client{Timeout: 10 * time.Second}
-//	after:  &http.Client{Transport: transport.New(transport.Options{Timeout: 10 * time.Second})}
+//	after:  &http.Client{Transport: transport.New(transport.Options{Timeout: 10 * time.Second, PropagateDeadline: true})}
+//
+// and deadlines now cross both hops. The service's inbound side runs
+// behind [idempotency.DeadlineHandler]: a caller that says how long it
+// will wait (Request-Timeout, in milliseconds, as sturdy's
+// PropagateDeadline sends it) is refused with 504 if that time is up
+// before the order is handled, and otherwise the order's context ends
+// when its caller stops waiting. That context is the parent of the
+// outbound charge, so the charge's attempts fit in what the caller has
+// left, and PropagateDeadline tells payments how much that is.
 //
 // Run it with
 //
@@ -49,9 +58,10 @@ func legacyClient() *http.Client {
 
 // sturdyClient is the same client after the one-line change: same
 // timeout, now covering every attempt and wait; retries with backoff,
-// a retry budget, a breaker, quota awareness and idempotency keys.
+// a retry budget, a breaker, quota awareness and idempotency keys; and
+// each attempt tells the server how long it has left.
 func sturdyClient() *http.Client {
-	return &http.Client{Transport: transport.New(transport.Options{Timeout: outboundTimeout})}
+	return &http.Client{Transport: transport.New(transport.Options{Timeout: outboundTimeout, PropagateDeadline: true})}
 }
 
 // maxOrderBody bounds the order JSON the service reads.
@@ -84,10 +94,15 @@ func newOrders(client *http.Client, paymentsURL string) *orders {
 
 // handler routes the service's API. POST /orders runs behind
 // idempotency.Handler with its defaults: a key is required, and a
-// repeated key replays the stored answer.
+// repeated key replays the stored answer. In front of it,
+// idempotency.DeadlineHandler holds the order to its caller's deadline,
+// when the caller sends one: a late order is refused before its key is
+// locked.
 func (s *orders) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", idempotency.Handler(http.HandlerFunc(s.create), idempotency.HandlerOptions{}))
+	mux.Handle("POST /orders", idempotency.DeadlineHandler(
+		idempotency.Handler(http.HandlerFunc(s.create), idempotency.HandlerOptions{}),
+		idempotency.DeadlineOptions{}))
 	return mux
 }
 

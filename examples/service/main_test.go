@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -131,7 +132,7 @@ func TestDemoOutput(t *testing.T) {
 	}
 	for _, want := range []string{
 		"&http.Client{Timeout: 10 * time.Second}",
-		"transport.New(transport.Options{Timeout: 10 * time.Second})",
+		"transport.New(transport.Options{Timeout: 10 * time.Second, PropagateDeadline: true})",
 		"the caller got 502, then 502, then 201, then 201.",
 		"the caller got 201, then 201.",
 		"Idempotent-Replayed: true",
@@ -139,5 +140,73 @@ func TestDemoOutput(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the demo's output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestDeadlineAcrossHops checks both ends of deadline propagation in the
+// service: a caller that sends its deadline has it carried through the
+// order to the payments call, which tells payments what is left of it;
+// a caller whose deadline has passed is refused before anything runs.
+func TestDeadlineAcrossHops(t *testing.T) {
+	tests := []struct {
+		name        string
+		header      string // the caller's Request-Timeout; "" sends none
+		wantStatus  int
+		wantCharges int64
+		wantMax     int64 // the largest Request-Timeout payments may see
+	}{
+		{"caller's 2s", "2000", http.StatusCreated, 1, 2000},
+		{"no caller deadline: the outbound Timeout", "", http.StatusCreated, 1, outboundTimeout.Milliseconds()},
+		{"caller's deadline passed", "0", http.StatusGatewayTimeout, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pay := httptestutil.NewPayments(httptestutil.PaymentsConfig{})
+			var seen []string
+			paySrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				seen = append(seen, r.Header.Get(idempotency.DefaultDeadlineHeader))
+				pay.ServeHTTP(w, r)
+			}))
+			defer paySrv.Close()
+			client := sturdyClient()
+			defer client.CloseIdleConnections()
+			svc := newOrders(client, paySrv.URL)
+			srv := httptest.NewServer(svc.handler())
+			defer srv.Close()
+			caller := srv.Client()
+			defer caller.CloseIdleConnections()
+
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"item":"tea","amount":450,"currency":"eur"}`))
+			req.Header.Set(idempotency.DefaultHeader, "order-7")
+			if tt.header != "" {
+				req.Header.Set(idempotency.DefaultDeadlineHeader, tt.header)
+			}
+			resp, err := caller.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.wantStatus {
+				t.Errorf("got status %d, want %d", resp.StatusCode, tt.wantStatus)
+			}
+			if got := pay.Charges(); got != tt.wantCharges {
+				t.Errorf("got %d charges, want %d", got, tt.wantCharges)
+			}
+			if int64(len(seen)) != tt.wantCharges {
+				t.Fatalf("payments got %d requests, want %d", len(seen), tt.wantCharges)
+			}
+			for _, v := range seen {
+				ms, err := strconv.ParseInt(v, 10, 64)
+				// A loaded machine may take a second between the hops;
+				// it cannot take the whole budget and still succeed.
+				if err != nil || ms <= 0 || ms > tt.wantMax || ms < tt.wantMax-1000 {
+					t.Errorf("payments saw %s: %q, want (%d, %d] ms", idempotency.DefaultDeadlineHeader, v, tt.wantMax-1000, tt.wantMax)
+				}
+			}
+			if tt.wantStatus == http.StatusGatewayTimeout && svc.runs.Load() != 0 {
+				t.Errorf("the order handler ran %d times, want 0", svc.runs.Load())
+			}
+		})
 	}
 }

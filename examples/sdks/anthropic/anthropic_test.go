@@ -12,6 +12,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/idempotency"
 	"github.com/sturdyhttp/sturdy/transport"
 )
 
@@ -85,7 +86,7 @@ func TestMessageThroughOverloadAndRateLimits(t *testing.T) {
 				emu := &messages{quota: tt.quota}
 				rec := httptestutil.NewRecorder(httptestutil.Script(tt.steps(httptestutil.Handler(emu))...))
 				n := httptestutil.NewNetwork()
-				srv := n.Serve("api.anthropic.test", rec)
+				srv := n.Serve(Host, rec)
 				defer srv.Close()
 				base := n.Transport()
 				defer base.CloseIdleConnections()
@@ -96,7 +97,7 @@ func TestMessageThroughOverloadAndRateLimits(t *testing.T) {
 					client = NewClient(transport.Options{Base: base, Disable: tt.disable}, opts...)
 				} else {
 					client = anthropicsdk.NewClient(append(opts,
-						option.WithHTTPClient(&http.Client{Transport: transport.New(transport.Options{Base: base, Disable: tt.disable})}),
+						option.WithHTTPClient(&http.Client{Transport: transport.New(transport.Options{Base: base, Disable: tt.disable, Idempotency: idempotency.Options{Hosts: []string{Host}}})}),
 						option.WithMaxRetries(tt.sdkRetries))...)
 				}
 

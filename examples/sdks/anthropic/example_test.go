@@ -19,7 +19,7 @@ import (
 // one successful call.
 func ExampleNewClient() {
 	n := httptestutil.NewNetwork()
-	srv := n.Serve("api.anthropic.test", httptestutil.Script(
+	srv := n.Serve(anthropic.Host, httptestutil.Script(
 		httptestutil.JSON(529, map[string]any{"type": "error",
 			"error": map[string]string{"type": "overloaded_error", "message": "Overloaded"}}),
 		httptestutil.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -112,7 +112,7 @@ func Classify(o policy.Outcome) policy.Decision {
 	if o.Err == nil && o.Response != nil && o.Response.StatusCode >= 400 {
 		code := ErrorCode(o.Response.Header)
 		if _, ok := retry.DefaultThrottleErrorCodes[code]; ok {
-			d := policy.Decision{Retry: true, Reason: "aws throttling " + code}
+			d := policy.Decision{Retry: true, DidNotAct: true, Reason: "aws throttling " + code}
 			d.RetryAfter, d.HasRetryAfter = policy.ParseRetryAfter(o.Response.Header, o.Now)
 			return d
 		}

@@ -37,14 +37,17 @@ func TestClassify(t *testing.T) {
 			h.Set(tt.header[i], tt.header[i+1])
 		}
 		d := Classify(policy.Outcome{
-			Request:    req,
-			Response:   &http.Response{StatusCode: tt.status, Header: h},
-			Idempotent: policy.IsIdempotent(req, ""),
-			Now:        now,
+			Request:  req,
+			Response: &http.Response{StatusCode: tt.status, Header: h},
+			Attempt:  1,
+			Now:      now,
 		})
-		if d.Retry != tt.wantRetry || d.HasRetryAfter != tt.wantHas || d.RetryAfter != tt.wantWait {
+		// The request is sent again when the outcome is retriable and it is
+		// safe to: a GET, or a rate-limit refusal (GitHub did not act).
+		retry := d.Retry && (policy.SafeToResend(req, "") || d.DidNotAct)
+		if retry != tt.wantRetry || d.HasRetryAfter != tt.wantHas || d.RetryAfter != tt.wantWait {
 			t.Errorf("%s: got retry %v, wait %v (%v), reason %q; want retry %v, wait %v (%v)",
-				tt.name, d.Retry, d.RetryAfter, d.HasRetryAfter, d.Reason, tt.wantRetry, tt.wantWait, tt.wantHas)
+				tt.name, retry, d.RetryAfter, d.HasRetryAfter, d.Reason, tt.wantRetry, tt.wantWait, tt.wantHas)
 		}
 	}
 }

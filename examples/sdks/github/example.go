@@ -64,10 +64,10 @@ func Classify(o policy.Outcome) policy.Decision {
 		return policy.DefaultClassifier(o)
 	}
 	if wait, ok := policy.ParseRetryAfter(resp.Header, o.Now); ok {
-		return policy.Decision{Retry: true, Reason: "github secondary rate limit", RetryAfter: wait, HasRetryAfter: true}
+		return policy.Decision{Retry: true, DidNotAct: true, Reason: "github secondary rate limit", RetryAfter: wait, HasRetryAfter: true}
 	}
 	if strings.TrimSpace(resp.Header.Get("X-RateLimit-Remaining")) == "0" {
-		d := policy.Decision{Retry: true, Reason: "github rate limit"}
+		d := policy.Decision{Retry: true, DidNotAct: true, Reason: "github rate limit"}
 		if q, ok := ratelimit.ParseHeaders(resp.Header, o.Now); ok && !q.Reset.IsZero() {
 			d.RetryAfter, d.HasRetryAfter = q.Reset.Sub(o.Now), true
 		}

@@ -21,7 +21,7 @@ func BenchmarkChatCompletion(b *testing.B) {
 		Model:    openaisdk.ChatModelGPT5_2,
 		Messages: []openaisdk.ChatCompletionMessageParamUnion{openaisdk.UserMessage("ping")},
 	}
-	opts := []option.RequestOption{option.WithBaseURL("http://api.openai.test/v1/"), option.WithAPIKey("sk-test")}
+	opts := []option.RequestOption{option.WithBaseURL("http://" + Host + "/v1/"), option.WithAPIKey("sk-test")}
 	for _, bc := range []struct {
 		name   string
 		client openaisdk.Client

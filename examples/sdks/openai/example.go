@@ -13,6 +13,9 @@ import (
 	"github.com/sturdyhttp/sturdy/transport"
 )
 
+// Host is the OpenAI API's host, the SDK's default base URL's.
+const Host = "api.openai.com"
+
 // NewClient returns an OpenAI client whose HTTP calls go through
 // [transport.New] built from o. The SDK's own retries are switched off
 // (option.WithMaxRetries(0)), so that a failing call is attempted
@@ -20,9 +23,19 @@ import (
 // count. opts (base URL, API key, organization, ...) are applied first;
 // the HTTP client and the retry count set here win over any in opts.
 //
-// Sturdy gives each chat completion (a POST) an Idempotency-Key, which
-// makes it retriable under sturdy's policy; OpenAI ignores the header.
+// A request to the OpenAI API has no side effect beyond its cost, so
+// sending one twice is safe: NewClient lists [Host] in
+// o.Idempotency.Hosts, which vouches for its POSTs (a chat completion is a POST),
+// so that sturdy retries them after a 5xx, an overload or a timeout, each
+// attempt with the same Idempotency-Key (the API ignores the header). The
+// SDK sends no key of its own. Without Host in Hosts, sturdy would send
+// each POST once unless the outcome proved the API did not act (a 429,
+// x-should-retry: true, a connection never made). In one line, without
+// NewClient:
+//
+//	openaisdk.NewClient(option.WithMaxRetries(0), option.WithHTTPClient(&http.Client{Transport: transport.New(transport.Options{Idempotency: idempotency.Options{Hosts: []string{"api.openai.com"}}})}))
 func NewClient(o transport.Options, opts ...option.RequestOption) openaisdk.Client {
+	o.Idempotency.Hosts = append(o.Idempotency.Hosts[:len(o.Idempotency.Hosts):len(o.Idempotency.Hosts)], Host)
 	opts = append(opts[:len(opts):len(opts)],
 		option.WithHTTPClient(&http.Client{Transport: transport.New(o)}),
 		option.WithMaxRetries(0),

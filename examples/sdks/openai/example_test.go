@@ -19,7 +19,7 @@ import (
 // one successful call.
 func ExampleNewClient() {
 	n := httptestutil.NewNetwork()
-	srv := n.Serve("api.openai.test", httptestutil.Script(
+	srv := n.Serve(openai.Host, httptestutil.Script(
 		httptestutil.RetryAfterMS(http.StatusTooManyRequests, 20),
 		httptestutil.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")

@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/idempotency"
 	"github.com/sturdyhttp/sturdy/transport"
 )
 
@@ -76,7 +77,7 @@ func TestChatCompletionThroughRateLimits(t *testing.T) {
 				emu := &completions{quota: tt.quota}
 				rec := httptestutil.NewRecorder(httptestutil.Script(tt.steps(httptestutil.Handler(emu))...))
 				n := httptestutil.NewNetwork()
-				srv := n.Serve("api.openai.test", rec)
+				srv := n.Serve(Host, rec)
 				defer srv.Close()
 				base := n.Transport()
 				defer base.CloseIdleConnections()
@@ -87,7 +88,7 @@ func TestChatCompletionThroughRateLimits(t *testing.T) {
 					client = NewClient(transport.Options{Base: base, Disable: tt.disable}, opts...)
 				} else {
 					client = openaisdk.NewClient(append(opts,
-						option.WithHTTPClient(&http.Client{Transport: transport.New(transport.Options{Base: base, Disable: tt.disable})}),
+						option.WithHTTPClient(&http.Client{Transport: transport.New(transport.Options{Base: base, Disable: tt.disable, Idempotency: idempotency.Options{Hosts: []string{Host}}})}),
 						option.WithMaxRetries(tt.sdkRetries))...)
 				}
 

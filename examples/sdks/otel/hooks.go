@@ -17,9 +17,24 @@ import (
 	"github.com/sturdyhttp/sturdy/transport"
 )
 
-// The metrics that [Hooks] records. Their attributes use the keys of
-// [transport.SlogHooks] (transport.AttrMethod, AttrServer, AttrStatus,
-// AttrReason, ...), so logs and metrics line up.
+// The attribute keys of transport.SlogHooks, which its doc lists.
+const (
+	attrMethod   = "http.request.method"
+	attrServer   = "server.address"
+	attrStatus   = "http.response.status_code"
+	attrAttempt  = "sturdy.attempt"
+	attrAttempts = "sturdy.attempts"
+	attrDuration = "sturdy.duration"
+	attrWait     = "sturdy.wait"
+	attrReason   = "sturdy.reason"
+	attrKey      = "sturdy.key"
+	attrFrom     = "sturdy.breaker.from"
+	attrTo       = "sturdy.breaker.to"
+)
+
+// The metrics that [Hooks] records. Their attributes use the keys that
+// [transport.SlogHooks] writes (http.request.method, server.address,
+// sturdy.reason, ...), so logs and metrics line up.
 const (
 	MetricAttempts         = "sturdy.attempts"              // counter: attempts sent, by method, server, status or error
 	MetricAttemptDuration  = "sturdy.attempt.duration"      // histogram, seconds: from sending an attempt to its response headers or error
@@ -84,7 +99,7 @@ func Hooks(meter metric.Meter) (transport.Hooks, error) {
 	h.OnAttempt = func(e policy.AttemptEvent) {
 		ctx, attrs := requestAttrs(e.Request)
 		if e.Status != 0 {
-			attrs = append(attrs, attribute.Int(transport.AttrStatus, e.Status))
+			attrs = append(attrs, attribute.Int(attrStatus, e.Status))
 		} else if e.Err != nil {
 			attrs = append(attrs, attribute.String(AttrErrorType, errorType(e.Err)))
 		}
@@ -97,63 +112,63 @@ func Hooks(meter metric.Meter) (transport.Hooks, error) {
 		}
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.AddEvent(EventAttempt, trace.WithAttributes(append(attrs,
-				attribute.Int(transport.AttrAttempt, e.Attempt),
-				attribute.Float64(transport.AttrDuration, e.Duration.Seconds()))...))
+				attribute.Int(attrAttempt, e.Attempt),
+				attribute.Float64(attrDuration, e.Duration.Seconds()))...))
 		}
 	}
 	h.OnRetry = func(e policy.RetryEvent) {
 		ctx, attrs := requestAttrs(e.Request)
-		attrs = append(attrs, attribute.String(transport.AttrReason, e.Reason))
+		attrs = append(attrs, attribute.String(attrReason, e.Reason))
 		if retries != nil {
 			retries.Add(ctx, 1, metric.WithAttributes(attrs...))
 		}
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			if e.Status != 0 {
-				attrs = append(attrs, attribute.Int(transport.AttrStatus, e.Status))
+				attrs = append(attrs, attribute.Int(attrStatus, e.Status))
 			}
 			span.AddEvent(EventRetry, trace.WithAttributes(append(attrs,
-				attribute.Int(transport.AttrAttempt, e.Attempt),
-				attribute.Float64(transport.AttrWait, e.Wait.Seconds()))...))
+				attribute.Int(attrAttempt, e.Attempt),
+				attribute.Float64(attrWait, e.Wait.Seconds()))...))
 		}
 	}
 	h.OnGiveUp = func(e policy.GiveUpEvent) {
 		ctx, attrs := requestAttrs(e.Request)
-		attrs = append(attrs, attribute.String(transport.AttrReason, e.Reason))
+		attrs = append(attrs, attribute.String(attrReason, string(e.Reason)))
 		if giveUps != nil {
 			giveUps.Add(ctx, 1, metric.WithAttributes(attrs...))
 		}
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			if e.Status != 0 {
-				attrs = append(attrs, attribute.Int(transport.AttrStatus, e.Status))
+				attrs = append(attrs, attribute.Int(attrStatus, e.Status))
 			}
 			span.AddEvent(EventGiveUp, trace.WithAttributes(append(attrs,
-				attribute.Int(transport.AttrAttempts, e.Attempts))...))
+				attribute.Int(attrAttempts, e.Attempts))...))
 		}
 	}
 	h.OnBreakerStateChange = func(key string, from, to transport.BreakerState) {
 		if breaker != nil {
 			breaker.Add(context.Background(), 1, metric.WithAttributes(
-				attribute.String(transport.AttrKey, key),
-				attribute.String(transport.AttrFrom, from.String()),
-				attribute.String(transport.AttrTo, to.String())))
+				attribute.String(attrKey, key),
+				attribute.String(attrFrom, from.String()),
+				attribute.String(attrTo, to.String())))
 		}
 	}
 	h.OnRateLimitWait = func(e ratelimit.WaitEvent) {
 		ctx, attrs := requestAttrs(e.Request)
-		attrs = append(attrs, attribute.String(transport.AttrKey, e.Key), attribute.String(transport.AttrReason, e.Reason))
+		attrs = append(attrs, attribute.String(attrKey, e.Key), attribute.String(attrReason, e.Reason))
 		if waits != nil {
 			waits.Add(ctx, 1, metric.WithAttributes(attrs...))
 		}
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.AddEvent(EventRateLimitWait, trace.WithAttributes(append(attrs,
-				attribute.Float64(transport.AttrWait, e.Wait.Seconds()))...))
+				attribute.Float64(attrWait, e.Wait.Seconds()))...))
 		}
 	}
 	h.OnRateLimitReject = func(e ratelimit.RejectEvent) {
 		ctx, attrs := requestAttrs(e.Request)
 		if rejects != nil {
 			rejects.Add(ctx, 1, metric.WithAttributes(append(attrs,
-				attribute.String(transport.AttrKey, e.Key), attribute.String(transport.AttrReason, e.Reason))...))
+				attribute.String(attrKey, e.Key), attribute.String(attrReason, e.Reason))...))
 		}
 	}
 	return h, errors.Join(errs...)
@@ -166,9 +181,9 @@ func requestAttrs(r *http.Request) (context.Context, []attribute.KeyValue) {
 		return context.Background(), nil
 	}
 	attrs := make([]attribute.KeyValue, 0, 6)
-	attrs = append(attrs, attribute.String(transport.AttrMethod, r.Method))
+	attrs = append(attrs, attribute.String(attrMethod, r.Method))
 	if r.URL != nil {
-		attrs = append(attrs, attribute.String(transport.AttrServer, r.URL.Host))
+		attrs = append(attrs, attribute.String(attrServer, r.URL.Host))
 	}
 	return r.Context(), attrs
 }

@@ -151,10 +151,10 @@ func TestHooksFeedMetricsAndSpanEvents(t *testing.T) {
 				}
 
 				m := tm.collect(t)
-				method, server := attribute.String(transport.AttrMethod, "GET"), attribute.String(transport.AttrServer, host)
+				method, server := attribute.String(attrMethod, "GET"), attribute.String(attrServer, host)
 				var total int64
 				for status, want := range tt.wantAttempts {
-					got := count(m[MetricAttempts], method, server, attribute.Int(transport.AttrStatus, status))
+					got := count(m[MetricAttempts], method, server, attribute.Int(attrStatus, status))
 					if got != want {
 						t.Errorf("%s{status=%d} = %d, want %d", MetricAttempts, status, got, want)
 					}
@@ -163,7 +163,7 @@ func TestHooksFeedMetricsAndSpanEvents(t *testing.T) {
 				if got := count(m[MetricAttempts]); got != total {
 					t.Errorf("%s = %d in all, want %d", MetricAttempts, got, total)
 				}
-				if got := count(m[MetricRetries], method, server, attribute.String(transport.AttrReason, "status 503")); got != tt.wantRetries {
+				if got := count(m[MetricRetries], method, server, attribute.String(attrReason, "status 503")); got != tt.wantRetries {
 					t.Errorf("%s{reason=status 503} = %d, want %d", MetricRetries, got, tt.wantRetries)
 				}
 				if got := count(m[MetricGiveUps], method, server); got != tt.wantGiveUps {
@@ -199,10 +199,10 @@ func TestHooksFeedMetricsAndSpanEvents(t *testing.T) {
 				}
 				for i, e := range events[EventRetry] {
 					want := []attribute.KeyValue{
-						attribute.Int(transport.AttrAttempt, i+2),
-						attribute.String(transport.AttrReason, "status 503"),
-						attribute.Int(transport.AttrStatus, 503),
-						attribute.Float64(transport.AttrWait, (100 * time.Millisecond << i).Seconds()),
+						attribute.Int(attrAttempt, i+2),
+						attribute.String(attrReason, "status 503"),
+						attribute.Int(attrStatus, 503),
+						attribute.Float64(attrWait, (100 * time.Millisecond << i).Seconds()),
 					}
 					if set := attribute.NewSet(e.Attributes...); !hasAll(set, want) {
 						t.Errorf("retry event %d: attributes %v, want %v among them", i+1, e.Attributes, want)
@@ -234,7 +234,7 @@ func TestHooksBreakerAndRateLimit(t *testing.T) {
 		client := &http.Client{Transport: transport.New(transport.Options{
 			Base:    base,
 			Retry:   policy.Retry{MaxAttempts: 1},
-			Breaker: transport.BreakerSettings{ConsecutiveFailures: 2},
+			Breaker: transport.BreakerSettings{ConsecutiveFailures: 2, Cooldown: time.Minute},
 			Hooks:   hooks,
 		})}
 		start := time.Now()
@@ -259,10 +259,10 @@ func TestHooksBreakerAndRateLimit(t *testing.T) {
 		}
 
 		m := tm.collect(t)
-		if got := count(m[MetricRateLimitWaits], attribute.String(transport.AttrReason, "quota")); got != 1 {
+		if got := count(m[MetricRateLimitWaits], attribute.String(attrReason, "quota")); got != 1 {
 			t.Errorf("%s{reason=quota} = %d, want 1", MetricRateLimitWaits, got)
 		}
-		if got := count(m[MetricBreakerChanges], attribute.String(transport.AttrFrom, "closed"), attribute.String(transport.AttrTo, "open")); got != 1 {
+		if got := count(m[MetricBreakerChanges], attribute.String(attrFrom, "closed"), attribute.String(attrTo, "open")); got != 1 {
 			t.Errorf("%s{closed->open} = %d, want 1", MetricBreakerChanges, got)
 		}
 		if got := count(m[MetricAttempts], attribute.String(AttrErrorType, "circuit_open")); got != 1 {

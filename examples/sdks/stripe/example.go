@@ -21,10 +21,14 @@ import (
 // count. cfg sets the rest of the backend (URL, logger, ...); its
 // HTTPClient and MaxNetworkRetries are replaced.
 //
-// The SDK puts an Idempotency-Key on every POST, its own (a new key per
-// call) or the one set with Params.SetIdempotencyKey. Sturdy keeps a key
-// the caller set, so every attempt carries the SDK's key and Stripe
-// performs the operation at most once.
+// The SDK puts an Idempotency-Key on every POST and DELETE, its own (a
+// new key per call, NewIdempotencyKey) or the one set with
+// Params.SetIdempotencyKey (stripe-go v85, stripe.go, NewRequest). That
+// key vouches for the request: sturdy keeps it, every attempt carries it,
+// and Stripe performs the operation at most once. So Stripe needs no
+// Idempotency.Hosts line; the one line is:
+//
+//	stripesdk.NewClient(key, stripesdk.WithBackends(stripesdk.NewBackendsWithConfig(&stripesdk.BackendConfig{HTTPClient: &http.Client{Transport: transport.New(transport.Options{})}, MaxNetworkRetries: stripesdk.Int64(0)})))
 func NewClient(key string, o transport.Options, cfg stripesdk.BackendConfig) *stripesdk.Client {
 	cfg.HTTPClient = &http.Client{Transport: transport.New(o)}
 	cfg.MaxNetworkRetries = stripesdk.Int64(0)

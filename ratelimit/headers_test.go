@@ -65,7 +65,9 @@ func TestParseHeadersXRateLimit(t *testing.T) {
 	)
 	runParseCases(t, []parseCase{
 		{"github epoch against Date", github,
-			Quota{Limit: 60, Remaining: 56, Reset: in(20*time.Minute + 47*time.Second), Family: FamilyXRateLimit}, true},
+			Quota{Limit: 60, Remaining: 56, Reset: in(20*time.Minute + 47*time.Second), Resource: "core", Family: FamilyXRateLimit}, true},
+		{"resource that is not a token", hdr("X-RateLimit-Remaining", "5", "X-RateLimit-Resource", "co re"),
+			Quota{Limit: Unknown, Remaining: 5, Family: FamilyXRateLimit}, true},
 		{"epoch without Date uses now", hdr(
 			"X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "0",
 			"X-RateLimit-Reset", "1907755230"), // clientNow + 30s
@@ -407,41 +409,98 @@ func TestFamilyString(t *testing.T) {
 	}
 }
 
-func TestParseIMFFixdate(t *testing.T) {
-	cases := []string{
-		"Mon, 01 Jul 2013 17:27:06 GMT",
-		"Tue, 29 Feb 2000 23:59:59 GMT",
-		"Sun, 06 Nov 1994 08:49:37 GMT",
-		"Thu, 01 Jan 1970 00:00:00 GMT",
-		"Fri, 31 Dec 9999 23:59:59 GMT",
+// TestParseHeadersDateForms checks that a reset is measured from the
+// response's Date in any of the three forms RFC 9110 accepts, and from
+// the client's clock when Date is missing or garbage.
+func TestParseHeadersDateForms(t *testing.T) {
+	cases := []struct {
+		date string
+		want time.Duration
+	}{
+		{"Mon, 01 Jul 2013 17:27:06 GMT", 20*time.Minute + 47*time.Second},
+		{"Monday, 01-Jul-13 17:27:06 GMT", 20*time.Minute + 47*time.Second},
+		{"Mon Jul  1 17:27:06 2013", 20*time.Minute + 47*time.Second},
+		{" Mon, 01 Jul 2013 17:27:06 GMT ", 20*time.Minute + 47*time.Second},
 	}
-	for _, s := range cases {
-		want, err := http.ParseTime(s)
-		if err != nil {
-			t.Fatalf("http.ParseTime(%q): %v", s, err)
-		}
-		got, ok := parseIMFFixdate(s)
-		if !ok || !got.Equal(want) {
-			t.Errorf("parseIMFFixdate(%q) = %v, %v; want %v, true", s, got, ok, want)
-		}
-	}
-	bad := []string{
-		"", "Mon, 01 Jul 2013 17:27:06 UTC", "Mon, 01 Jul 2013 17:27:06 GMT ", "Mon, 30 Feb 2013 17:27:06 GMT",
-		"Mon, 01 Jly 2013 17:27:06 GMT", "Mon, 01 Jul 2013 24:00:00 GMT", "Mon, 00 Jul 2013 17:27:06 GMT",
-		"Mon, 0a Jul 2013 17:27:06 GMT", "Monday, 01-Jul-13 17:27:06 GMT", "Mon Jul  1 17:27:06 2013",
-		"Mon, 01 Jul 2013 17:60:06 GMT", "Mon, 01 Jul -013 17:27:06 GMT",
-	}
-	for _, s := range bad {
-		if got, ok := parseIMFFixdate(s); ok {
-			t.Errorf("parseIMFFixdate(%q) = %v, true; want false", s, got)
+	for _, tc := range cases {
+		h := hdr("Date", tc.date, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1372700873")
+		if q, ok := ParseHeaders(h, clientNow); !ok || !q.Reset.Equal(in(tc.want)) {
+			t.Errorf("Date %q: Reset = now%+v, want now%+v", tc.date, q.Reset.Sub(clientNow), tc.want)
 		}
 	}
-	// The other two forms RFC 9110 accepts still work, through
-	// http.ParseTime.
-	for _, d := range []string{"Monday, 01-Jul-13 17:27:06 GMT", "Mon Jul  1 17:27:06 2013"} {
-		h := hdr("Date", d, "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1372700873")
-		if q, ok := ParseHeaders(h, clientNow); !ok || !q.Reset.Equal(in(20*time.Minute+47*time.Second)) {
-			t.Errorf("Date %q: Reset = now%+v, want now+20m47s", d, q.Reset.Sub(clientNow))
+	// Without a usable Date, the epoch is read on the client's clock:
+	// 2013 is long past, so the reset has happened.
+	for _, d := range []string{"", "Mon, 30 Feb 2013 17:27:06 GMT", "yesterday"} {
+		h := hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1372700873")
+		if d != "" {
+			h.Set("Date", d)
 		}
+		if q, ok := ParseHeaders(h, clientNow); ok && !q.Reset.IsZero() && !q.Reset.Equal(clientNow) {
+			t.Errorf("Date %q: Reset = now%+v, want now or unknown", d, q.Reset.Sub(clientNow))
+		}
+	}
+}
+
+// TestParseHeadersFamilyOrder checks that the families are read in the
+// order the Family constants give, the first usable one winning.
+func TestParseHeadersFamilyOrder(t *testing.T) {
+	anthropicOut := []string{
+		"Anthropic-Ratelimit-Requests-Limit", "50", "Anthropic-Ratelimit-Requests-Remaining", "0",
+		"Anthropic-Ratelimit-Requests-Reset", "2030-06-15T12:00:30Z",
+	}
+	cases := []struct {
+		name string
+		kv   []string
+		want Family
+		rem  int
+	}{
+		{"anthropic exhausted beside RateLimit-Remaining 999",
+			append([]string{"RateLimit-Remaining", "999", "RateLimit-Limit", "1000"}, anthropicOut...), FamilyAnthropic, 0},
+		{"IETF RateLimit before anthropic",
+			append([]string{"RateLimit", `"d";r=7;t=1`}, anthropicOut...), FamilyRateLimit, 7},
+		{"openai before the first draft",
+			[]string{"RateLimit-Remaining", "999", "X-RateLimit-Remaining-Requests", "3"}, FamilyOpenAI, 3},
+		{"first draft before X-RateLimit",
+			[]string{"RateLimit-Remaining", "9", "X-RateLimit-Remaining", "0"}, FamilyRateLimitDraft, 9},
+		{"X-RateLimit before x-rate-limit",
+			[]string{"X-Rate-Limit-Remaining", "9", "X-RateLimit-Remaining", "4"}, FamilyXRateLimit, 4},
+		{"a malformed IETF field falls through",
+			[]string{"RateLimit", `"d";r=7;t=1,`, "X-Rate-Limit-Remaining", "2"}, FamilyXRateLimitDashed, 2},
+	}
+	for _, tc := range cases {
+		q, ok := ParseHeaders(hdr(tc.kv...), clientNow)
+		if !ok || q.Family != tc.want || q.Remaining != tc.rem {
+			t.Errorf("%s: ParseHeaders = %v %d (ok %v), want %v %d", tc.name, q.Family, q.Remaining, ok, tc.want, tc.rem)
+		}
+	}
+}
+
+func TestParseAll(t *testing.T) {
+	h := hdr(
+		"X-RateLimit-Limit-Requests", "60", "X-RateLimit-Remaining-Requests", "59", "X-RateLimit-Reset-Requests", "1s",
+		"X-RateLimit-Limit-Tokens", "150000", "X-RateLimit-Remaining-Tokens", "0", "X-RateLimit-Reset-Tokens", "6m0s",
+	)
+	got := ParseAll(h, clientNow, nil)
+	want := []Quota{
+		{Limit: 60, Remaining: 59, Reset: in(time.Second), Policy: "requests", Family: FamilyOpenAI},
+		{Limit: 150000, Remaining: 0, Reset: in(6 * time.Minute), Policy: "tokens", Family: FamilyOpenAI},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ParseAll = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("ParseAll[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	var buf [4]Quota
+	if n := testing.AllocsPerRun(50, func() { ParseAll(h, clientNow, buf[:0]) }); n != 0 {
+		t.Errorf("ParseAll allocations = %v, want 0", n)
+	}
+	ietf := hdr("RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400`,
+		"RateLimit", `"burst";r=50;t=30, "daily";r=5;t=3600`)
+	if got := ParseAll(ietf, clientNow, nil); len(got) != 2 || got[0].Policy != "burst" || got[1].Policy != "daily" ||
+		got[1].Limit != 1000 || got[1].Window != 24*time.Hour {
+		t.Errorf("ParseAll(IETF) = %+v, want burst and daily with their policies", got)
 	}
 }

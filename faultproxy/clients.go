@@ -1,0 +1,72 @@
+package faultproxy
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/transport"
+)
+
+// Sturdy is the default stack, transport.New, with the run's
+// AttemptTimeout; the operation's deadline is its caller's context.
+func Sturdy() Client {
+	return Client{Name: "sturdy", New: func(s Settings) (Doer, func()) {
+		return newSturdy(s, false)
+	}}
+}
+
+// SturdyDeadline is [Sturdy] with Options.PropagateDeadline: each
+// attempt tells the upstream, whose handler runs behind
+// idempotency.DeadlineHandler, how long it has left.
+func SturdyDeadline() Client {
+	return Client{Name: "sturdy+deadline", New: func(s Settings) (Doer, func()) {
+		return newSturdy(s, true)
+	}}
+}
+
+func newSturdy(s Settings, propagate bool) (Doer, func()) {
+	// Idempotency.Hosts is empty: the stack keys no request itself, so a
+	// request is vouched for only when its caller set a key.
+	c := &http.Client{Transport: transport.New(transport.Options{AttemptTimeout: s.Attempt, PropagateDeadline: propagate})}
+	return c.Do, c.CloseIdleConnections
+}
+
+// BareAttempts and BareBackoff are the bare client's retry loop: up to 4
+// attempts, 100 ms apart.
+const (
+	BareAttempts = 4
+	BareBackoff  = 100 * time.Millisecond
+)
+
+// Bare is what many services have: an http.Client with a timeout per
+// request, over a clone of http.DefaultTransport, and a loop that sends
+// the request again on an error or a 5xx, up to [BareAttempts] times,
+// [BareBackoff] apart, with the same body (and the same Idempotency-Key
+// header, when the caller set one). It passes the caller's context, as
+// most do; its sleep does not watch it, as many do not.
+func Bare() Client {
+	return Client{Name: "bare", Bare: true, New: func(s Settings) (Doer, func()) {
+		c := &http.Client{Timeout: s.Attempt, Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		do := func(req *http.Request) (*http.Response, error) {
+			var (
+				resp *http.Response
+				err  error
+			)
+			for attempt := 1; ; attempt++ {
+				r := req.Clone(req.Context())
+				if req.GetBody != nil {
+					r.Body, _ = req.GetBody()
+				}
+				resp, err = c.Do(r)
+				if err == nil && resp.StatusCode < 500 || attempt == BareAttempts || req.Context().Err() != nil {
+					return resp, err
+				}
+				if resp != nil {
+					resp.Body.Close()
+				}
+				time.Sleep(BareBackoff)
+			}
+		}
+		return do, c.CloseIdleConnections
+	}}
+}

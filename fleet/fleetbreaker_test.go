@@ -1,0 +1,201 @@
+package fleet_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/fleet"
+	"github.com/sturdyhttp/sturdy/fleet/internal/redisproc"
+	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/transport"
+)
+
+// switchable is a server that answers 503 while down, 200 otherwise, and
+// counts the requests that reach it.
+type switchable struct {
+	down     atomic.Bool
+	requests atomic.Int64
+}
+
+func (s *switchable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.requests.Add(1)
+	if s.down.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ok"))
+}
+
+// stack is one process's client: a Breaker shared with the fleet over an
+// in-memory base that serves srv.
+type stack struct {
+	f  *fleet.Fleet
+	rt http.RoundTripper
+}
+
+func newStacks(t *testing.T, redis *redisproc.Server, n int, srv http.Handler, s transport.BreakerSettings) []stack {
+	stacks := make([]stack, n)
+	for i := range stacks {
+		f := newFleet(t, redis, fleet.Options{})
+		s := s
+		s.Store = f.Breakers()
+		stacks[i] = stack{f, transport.Breaker(s)(httptestutil.NewHandlerTransport(srv))}
+	}
+	return stacks
+}
+
+// One process's open breaker makes the others fail fast, without sending,
+// from their next refresh on: within RefreshInterval + Timeout.
+func TestFleetBreakerFailFast(t *testing.T) {
+	redis := redisproc.StartT(t)
+	srv := &switchable{}
+	srv.down.Store(true)
+	stacks := newStacks(t, redis, 4, srv, transport.BreakerSettings{ConsecutiveFailures: 3, Cooldown: time.Minute})
+	for _, s := range stacks[1:] {
+		if _, err := get(s.rt); err != nil { // the others have seen the host
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		get(stacks[0].rt)
+	}
+	if _, err := get(stacks[0].rt); !errors.Is(err, transport.ErrCircuitOpen) {
+		t.Fatalf("the first process after 3 failures: %v, want ErrCircuitOpen", err)
+	}
+	c := newClient(t, redis)
+	published := time.Now()
+	eventually(t, "open published", func() bool {
+		s, _ := c.Do(context.Background(), c.B().Hget().Key("sturdy:brk:{"+host+"}").Field("s").Build()).ToString()
+		return s == "o"
+	})
+	for i, s := range stacks[1:] {
+		nextRefresh(t, s.f)
+		before := srv.requests.Load()
+		_, err := get(s.rt)
+		var ce *transport.CircuitOpenError
+		if !errors.As(err, &ce) || ce.RetryIn < 25*time.Second {
+			t.Errorf("process %d after its refresh: %v, want ErrCircuitOpen for the rest of the open period (30s to 1m)", i+1, err)
+		}
+		if n := srv.requests.Load() - before; n != 0 {
+			t.Errorf("process %d sent %d requests to a host the fleet knows is down, want 0", i+1, n)
+		}
+		t.Logf("process %d failing fast %v after the open was published", i+1, time.Since(published).Round(time.Millisecond))
+	}
+}
+
+// While the host is half-open, one request in the whole fleet probes it:
+// a failed probe opens every breaker again, a successful one closes them.
+func TestFleetBreakerOneProbe(t *testing.T) {
+	redis := redisproc.StartT(t)
+	srv := &switchable{}
+	srv.down.Store(true)
+	stacks := newStacks(t, redis, 4, srv, transport.BreakerSettings{ConsecutiveFailures: 3, Cooldown: 300 * time.Millisecond})
+	for range 3 {
+		get(stacks[0].rt)
+	}
+	for _, s := range stacks {
+		eventually(t, "open everywhere", func() bool {
+			_, err := get(s.rt)
+			return errors.Is(err, transport.ErrCircuitOpen)
+		})
+	}
+	// burst has 4 processes × 8 goroutines send requests back to back
+	// for d, and returns how many reached the server, and which
+	// processes got a 200.
+	burst := func(d time.Duration) (int64, [4]bool) {
+		before := srv.requests.Load()
+		var ok [4]atomic.Bool
+		var wg sync.WaitGroup
+		end := time.Now().Add(d)
+		for i, s := range stacks {
+			for range 8 {
+				wg.Go(func() {
+					for time.Now().Before(end) {
+						if status, _ := get(s.rt); status == 200 {
+							ok[i].Store(true)
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		var got [4]bool
+		for i := range ok {
+			got[i] = ok[i].Load()
+		}
+		return srv.requests.Load() - before, got
+	}
+	// untilHalfOpen waits for the end of the open period the fleet knows.
+	untilHalfOpen := func() {
+		nextRefresh(t, stacks[0].f)
+		time.Sleep(time.Until(stacks[0].f.Breakers().Load(host).Until) + 5*time.Millisecond)
+	}
+
+	untilHalfOpen()
+	// A failed probe opens the fleet's breakers again for at least
+	// Cooldown/2 (150ms): within 100ms, no second probe.
+	if n, _ := burst(100 * time.Millisecond); n != 1 {
+		t.Errorf("host still down: %d requests reached it in the half-open period, want 1 probe", n)
+	}
+
+	srv.down.Store(false)
+	untilHalfOpen()
+	n, ok := burst(time.Second)
+	if ok != [4]bool{true, true, true, true} {
+		t.Errorf("host back: processes that succeeded again within 1s: %v, want all", ok)
+	}
+	t.Logf("host back: %d requests in the second after the half-open period began", n)
+}
+
+// Redis killed in the middle of a run and started again: requests keep
+// flowing under each process's own breaker, nothing panics, and once
+// Redis is back an opening reaches the other processes again.
+func TestFleetBreakerRedisKilled(t *testing.T) {
+	redis := redisproc.StartT(t)
+	srv := &switchable{}
+	stacks := newStacks(t, redis, 4, srv, transport.BreakerSettings{ConsecutiveFailures: 3, Cooldown: time.Minute})
+	var failures atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, s := range stacks[1:] {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if status, err := get(s.rt); err != nil || status != 200 {
+					failures.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	redis.Kill()
+	time.Sleep(200 * time.Millisecond) // requests go on with Redis gone
+	if err := redis.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if n := failures.Load(); n != 0 {
+		t.Errorf("%d requests failed while Redis was killed and restarted, want 0", n)
+	}
+	// The shared view resumes: an opening in one process reaches another.
+	srv.down.Store(true)
+	for range 3 {
+		get(stacks[0].rt)
+	}
+	eventually(t, "opening shared after the restart", func() bool {
+		_, err := get(stacks[3].rt)
+		return errors.Is(err, transport.ErrCircuitOpen)
+	})
+}

@@ -1,0 +1,304 @@
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sturdyhttp/sturdy/idempotency"
+)
+
+// Defaults of [IdempotencyOptions], used where a field is zero.
+const (
+	DefaultPrefix             = "sturdy"
+	DefaultMaxStoredBytes     = 1<<20 + 64<<10 // 1 MiB of body plus 64 KiB of status and headers
+	DefaultIdempotencyTimeout = time.Second
+)
+
+// IdempotencyOptions configures an [IdempotencyStore]. The zero value is
+// ready to use.
+type IdempotencyOptions struct {
+	// Prefix starts every key the store writes. Empty means
+	// [DefaultPrefix], "sturdy".
+	Prefix string
+
+	// MaxStoredBytes bounds one stored response, encoded (status, headers
+	// and body). A larger one is not stored: Complete releases the key and
+	// returns an error that wraps [idempotency.ErrTooLarge]. Zero or
+	// negative means [DefaultMaxStoredBytes] (1 MiB + 64 KiB), enough for
+	// the largest body [idempotency.Handler] stores by default.
+	MaxStoredBytes int
+
+	// Timeout bounds each call to Redis, on top of the context's own
+	// deadline. A Begin that fails makes the handler answer 503 with
+	// Retry-After; it never lets a request run unguarded. Zero or negative
+	// means [DefaultIdempotencyTimeout] (1s).
+	Timeout time.Duration
+}
+
+// IdempotencyStore is an [idempotency.Store] on Redis, for
+// [idempotency.Handler]s on many servers that must run each keyed request
+// once between them. Each method is one Lua script, so one round trip,
+// on one key:
+//
+//	<prefix>:idem:{<key>}   hash: fp, tok (while in flight), resp (once completed)
+//
+// The key expires after the lock TTL while in flight, after the response
+// TTL once completed. A lock carries a random token, and Complete and
+// Release act only while the key still holds the caller's token, so a
+// handler slower than the lock TTL cannot overwrite the response of the
+// request that took the key after it.
+//
+// Memory is bounded per response by MaxStoredBytes and overall by Redis's
+// maxmemory. Use maxmemory-policy noeviction (or volatile-lru with room to
+// spare): a Redis that evicts an in-flight lock lets a retry run while the
+// first request still is; a full Redis under noeviction fails Begin, and
+// the handler answers 503.
+//
+// It is safe for concurrent use by multiple goroutines.
+type IdempotencyStore struct {
+	client   rueidis.Client
+	prefix   string
+	maxBytes int
+	timeout  time.Duration
+}
+
+// NewIdempotencyStore returns a store that keeps its keys in the Redis
+// that client talks to. The client stays the caller's to close.
+func NewIdempotencyStore(client rueidis.Client, o IdempotencyOptions) *IdempotencyStore {
+	s := &IdempotencyStore{client: client, prefix: o.Prefix, maxBytes: o.MaxStoredBytes, timeout: o.Timeout}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.maxBytes <= 0 {
+		s.maxBytes = DefaultMaxStoredBytes
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultIdempotencyTimeout
+	}
+	return s
+}
+
+var _ idempotency.Store = (*IdempotencyStore)(nil)
+
+// The scripts answer with a status letter: a(cquired), i(n flight),
+// c(ompleted), l(ost), d(one), x (malformed: a hash fleet did not write).
+var (
+	idemBegin = rueidis.NewLuaScript(`
+local v = redis.call('HMGET', KEYS[1], 'fp', 'tok', 'resp')
+if v[1] then
+  if v[3] then return {'c', v[1], v[3]} end
+  if v[2] then return {'i', v[1]} end
+  return {'x'}
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'x'} end
+redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'tok', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {'a'}`)
+
+	idemComplete = rueidis.NewLuaScript(`
+local v = redis.call('HMGET', KEYS[1], 'tok', 'resp')
+if v[1] ~= ARGV[1] or v[2] then return 'l' end
+redis.call('HSET', KEYS[1], 'resp', ARGV[2])
+redis.call('HDEL', KEYS[1], 'tok')
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 'd'`)
+
+	idemRelease = rueidis.NewLuaScript(`
+local v = redis.call('HMGET', KEYS[1], 'tok', 'resp')
+if v[1] ~= ARGV[1] or v[2] then return 'l' end
+redis.call('DEL', KEYS[1])
+return 'd'`)
+)
+
+func (s *IdempotencyStore) redisKey(key string) string {
+	return s.prefix + ":idem:{" + key + "}"
+}
+
+// Begin implements [idempotency.Store].
+func (s *IdempotencyStore) Begin(ctx context.Context, key, fingerprint string, lockTTL time.Duration) (idempotency.BeginResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	token := rand.Text()
+	rk := s.redisKey(key)
+	vals, err := idemBegin.Exec(ctx, s.client, []string{rk}, []string{fingerprint, token, millis(lockTTL)}).ToArray()
+	if err != nil {
+		return idempotency.BeginResult{}, fmt.Errorf("fleet: idempotency begin %q: %w", rk, err)
+	}
+	st, _ := str(vals, 0)
+	switch st {
+	case "a":
+		return idempotency.BeginResult{State: idempotency.Acquired, Token: token}, nil
+	case "i":
+		fp, ok := str(vals, 1)
+		if ok {
+			return idempotency.BeginResult{State: idempotency.InFlight, Fingerprint: fp}, nil
+		}
+	case "c":
+		fp, ok1 := str(vals, 1)
+		enc, ok2 := str(vals, 2)
+		if ok1 && ok2 {
+			resp, err := decodeResponse(enc)
+			if err != nil {
+				return idempotency.BeginResult{}, fmt.Errorf("%w: %s: %v", ErrMalformed, rk, err)
+			}
+			return idempotency.BeginResult{State: idempotency.Completed, Fingerprint: fp, Response: resp}, nil
+		}
+	}
+	return idempotency.BeginResult{}, fmt.Errorf("%w: %s is not an idempotency record", ErrMalformed, rk)
+}
+
+// Complete implements [idempotency.Store].
+func (s *IdempotencyStore) Complete(ctx context.Context, key, token string, resp *idempotency.StoredResponse, ttl time.Duration) error {
+	enc := encodeResponse(resp)
+	if len(enc) > s.maxBytes {
+		if err := s.Release(ctx, key, token); err != nil {
+			return err
+		}
+		return fmt.Errorf("fleet: response of %d bytes over the limit of %d: %w", len(enc), s.maxBytes, idempotency.ErrTooLarge)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rk := s.redisKey(key)
+	st, err := idemComplete.Exec(ctx, s.client, []string{rk}, []string{token, rueidis.BinaryString(enc), millis(ttl)}).ToString()
+	return s.result("complete", rk, st, err)
+}
+
+// Release implements [idempotency.Store].
+func (s *IdempotencyStore) Release(ctx context.Context, key, token string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rk := s.redisKey(key)
+	st, err := idemRelease.Exec(ctx, s.client, []string{rk}, []string{token}).ToString()
+	return s.result("release", rk, st, err)
+}
+
+func (s *IdempotencyStore) result(op, rk, st string, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("fleet: idempotency %s %q: %w", op, rk, err)
+	case st == "l":
+		return fmt.Errorf("fleet: idempotency %s %q: %w", op, rk, idempotency.ErrLockLost)
+	case st == "d":
+		return nil
+	}
+	return fmt.Errorf("%w: %s: script answered %q", ErrMalformed, rk, st)
+}
+
+// str returns vals[i] as a string, and whether it is one.
+func str(vals []rueidis.RedisMessage, i int) (string, bool) {
+	if i >= len(vals) {
+		return "", false
+	}
+	s, err := vals[i].ToString()
+	return s, err == nil
+}
+
+// millis formats d in whole milliseconds, at least 1: PEXPIRE and PX
+// refuse 0.
+func millis(d time.Duration) string {
+	return strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+}
+
+// encodeResponse writes resp as: a version byte (1), the status, the
+// number of header fields, each field's name and values, then the body.
+// Numbers are uvarints, strings a uvarint length then the bytes.
+func encodeResponse(resp *idempotency.StoredResponse) []byte {
+	n := 1 + 2*binary.MaxVarintLen64 + len(resp.Body)
+	for k, vs := range resp.Header {
+		n += 2*binary.MaxVarintLen64 + len(k)
+		for _, v := range vs {
+			n += binary.MaxVarintLen64 + len(v)
+		}
+	}
+	b := make([]byte, 0, n)
+	b = append(b, 1)
+	b = binary.AppendUvarint(b, uint64(resp.Status))
+	b = binary.AppendUvarint(b, uint64(len(resp.Header)))
+	for k, vs := range resp.Header {
+		b = appendString(b, k)
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendString(b, v)
+		}
+	}
+	return append(b, resp.Body...)
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// decodeResponse reads what encodeResponse wrote, checking every length
+// against what is left.
+func decodeResponse(enc string) (*idempotency.StoredResponse, error) {
+	d := decoder{s: enc}
+	if v := d.uvarint(); v != 1 {
+		return nil, fmt.Errorf("unknown encoding version %d", v)
+	}
+	status := d.uvarint()
+	fields := d.uvarint()
+	if d.err != nil || status < 100 || status > 999 || fields > uint64(len(d.s)) {
+		return nil, errors.New("bad response head")
+	}
+	resp := &idempotency.StoredResponse{Status: int(status)}
+	if fields > 0 {
+		resp.Header = make(http.Header, fields)
+	}
+	for range fields {
+		k := d.string()
+		nv := d.uvarint()
+		if d.err != nil || nv > uint64(len(d.s)) {
+			return nil, errors.New("bad header field")
+		}
+		vs := make([]string, 0, nv)
+		for range nv {
+			vs = append(vs, d.string())
+		}
+		resp.Header[k] = vs
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	resp.Body = []byte(d.s)
+	return resp, nil
+}
+
+type decoder struct {
+	s   string
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint([]byte(d.s[:min(len(d.s), binary.MaxVarintLen64)]))
+	if n <= 0 {
+		d.err = errors.New("bad number")
+		return 0
+	}
+	d.s = d.s[n:]
+	return v
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.s)) {
+		d.err = errors.New("string past the end")
+		return ""
+	}
+	v := d.s[:n]
+	d.s = d.s[n:]
+	return v
+}

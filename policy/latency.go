@@ -1,0 +1,202 @@
+package policy
+
+import (
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/internal/hosts"
+)
+
+// Defaults of [Latencies], used where a field is zero.
+const (
+	DefaultLatencyQuantile   = 0.95
+	DefaultLatencyMinSamples = 20
+	DefaultLatencyWindow     = 1000
+	DefaultLatencyMaxHosts   = 1024
+)
+
+// Latency buckets are log-linear over microseconds: values below
+// 2^subBits µs have a bucket each; above, every power of two is cut into
+// 2^subBits buckets, so a bucket is at most 1/2^subBits (25%) wide. The
+// last bucket holds everything from about 67 s up.
+const (
+	subBits       = 2
+	subBuckets    = 1 << subBits
+	maxExp        = 26 // 2^26 µs is about 67 s
+	latencyBucket = (maxExp-subBits+2)*subBuckets + 1
+	// recomputeEvery is how many samples pass between two computations
+	// of a host's quantile: reading the quantile is one atomic load.
+	recomputeEvery = 16
+)
+
+// Latencies keeps, per host, a small histogram of recent latencies and
+// answers with a quantile of them (the 95th percentile by default): the
+// adaptive delay of a hedged request, which is sent when its first copy
+// has taken longer than most requests to that host.
+//
+// Each host's sketch is a pair of fixed histograms of 105 log-linear
+// buckets (25% wide, 1 µs to 67 s): samples go to the current one, and
+// when it holds Window samples the older one is cleared and becomes
+// current, so the quantile covers the last Window to 2×Window samples.
+// Recording a sample is an atomic add; reading the quantile is an atomic
+// load (it is recomputed every 16 samples); there is no lock on either
+// path. A quantile is the upper edge of its bucket, so it errs long: a
+// hedge delay never undercuts the true quantile by more than rounding.
+//
+// The zero value is ready to use with the documented defaults; a
+// Latencies must not be copied after first use. It is safe for
+// concurrent use by multiple goroutines.
+type Latencies struct {
+	// Quantile is the quantile reported, in (0, 1). Zero means
+	// [DefaultLatencyQuantile] (0.95).
+	Quantile float64
+	// MinSamples is how many samples a host needs before a quantile is
+	// reported. Zero means [DefaultLatencyMinSamples] (20).
+	MinSamples int
+	// Window is how many samples each half of a host's sketch holds.
+	// Zero means [DefaultLatencyWindow] (1000).
+	Window int
+	// MaxHosts bounds how many hosts are tracked, in the module's one
+	// per-host registry: beyond it, the hosts unused the longest are
+	// forgotten (they relearn within MinSamples requests). Zero means
+	// [DefaultLatencyMaxHosts] (1024).
+	MaxHosts int
+
+	once sync.Once
+	slot *hosts.Slot[sketch]
+}
+
+type sketch struct {
+	cur      atomic.Int32 // index of the current histogram
+	n        [2]atomic.Int64
+	hist     [2][latencyBucket]atomic.Int64
+	quantile atomic.Int64 // nanoseconds; 0 until MinSamples are known
+}
+
+func (l *Latencies) init() {
+	l.once.Do(func() {
+		max := l.MaxHosts
+		if max <= 0 {
+			max = DefaultLatencyMaxHosts
+		}
+		reg := hosts.New(hosts.Options{MaxHosts: max})
+		l.slot = hosts.NewSlot(reg, func(hosts.Key) *sketch { return new(sketch) }, nil)
+	})
+}
+
+// Observe records that a request to host key took d.
+func (l *Latencies) Observe(key string, d time.Duration) {
+	l.init()
+	s := l.slot.Get(hosts.Custom(key))
+	if s == nil { // the registry is full of hosts it cannot drop
+		return
+	}
+	i := s.cur.Load()
+	s.hist[i][bucketOf(d)].Add(1)
+	n := s.n[i].Add(1)
+	window := int64(l.Window)
+	if window <= 0 {
+		window = DefaultLatencyWindow
+	}
+	if n == window && s.cur.CompareAndSwap(i, 1-i) {
+		// The older half becomes current: clear it first. A sample that
+		// races into it during the swap is kept, which is harmless.
+		o := 1 - i
+		for b := range s.hist[o] {
+			s.hist[o][b].Store(0)
+		}
+		s.n[o].Store(0)
+	}
+	if n%recomputeEvery == 0 || n == window || n == int64(l.minSamples()) {
+		s.quantile.Store(int64(s.compute(l.quantile(), l.minSamples())))
+	}
+}
+
+// Delay returns host key's quantile of recent latencies, and false when
+// fewer than MinSamples latencies of it are known.
+func (l *Latencies) Delay(key string) (time.Duration, bool) {
+	l.init()
+	s := l.slot.Get(hosts.Custom(key)) // a use: the host is kept
+	if s == nil {
+		return 0, false
+	}
+	q := s.quantile.Load()
+	return time.Duration(q), q > 0
+}
+
+// Hosts reports how many hosts are tracked.
+func (l *Latencies) Hosts() int {
+	l.init()
+	return l.slot.Registry().Len()
+}
+
+func (l *Latencies) quantile() float64 {
+	if l.Quantile <= 0 || l.Quantile >= 1 || math.IsNaN(l.Quantile) {
+		return DefaultLatencyQuantile
+	}
+	return l.Quantile
+}
+
+func (l *Latencies) minSamples() int {
+	if l.MinSamples <= 0 {
+		return DefaultLatencyMinSamples
+	}
+	return l.MinSamples
+}
+
+// compute returns the q-quantile of both halves, as the upper edge of its
+// bucket, or 0 with fewer than min samples.
+func (s *sketch) compute(q float64, min int) time.Duration {
+	var counts [latencyBucket]int64
+	var total int64
+	for h := range s.hist {
+		for b := range counts {
+			c := s.hist[h][b].Load()
+			counts[b] += c
+			total += c
+		}
+	}
+	if total < int64(min) || total == 0 {
+		return 0
+	}
+	rank := int64(math.Ceil(q * float64(total)))
+	var seen int64
+	for b, c := range counts {
+		seen += c
+		if seen >= rank {
+			return bucketUpper(b)
+		}
+	}
+	return bucketUpper(latencyBucket - 1)
+}
+
+// bucketOf returns the bucket of a latency.
+func bucketOf(d time.Duration) int {
+	us := d.Microseconds()
+	if us < subBuckets {
+		return int(max(us, 0))
+	}
+	e := bits.Len64(uint64(us)) - 1 // us is in [2^e, 2^(e+1))
+	if e > maxExp {
+		return latencyBucket - 1
+	}
+	sub := int(uint64(us)>>(e-subBits)) & (subBuckets - 1)
+	return (e-subBits+1)*subBuckets + sub
+}
+
+// bucketUpper returns the smallest latency above bucket b.
+func bucketUpper(b int) time.Duration {
+	if b < subBuckets {
+		return time.Duration(b+1) * time.Microsecond
+	}
+	if b >= latencyBucket-1 {
+		return time.Duration(1<<(maxExp+1)) * time.Microsecond
+	}
+	e := b/subBuckets + subBits - 1
+	sub := b % subBuckets
+	us := (int64(subBuckets+sub) + 1) << (e - subBits)
+	return time.Duration(us) * time.Microsecond
+}

@@ -1,0 +1,51 @@
+package policy
+
+import "net/http"
+
+// SafeToResend reports whether req may be sent more than once whatever
+// becomes of it, because someone vouched that a second copy has no second
+// side effect:
+//
+//   - its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE:
+//     RFC 9110 §9.2.2); or
+//   - it carries an idempotency key in keyHeader ("Idempotency-Key" when
+//     empty), set by the caller, its SDK, [idempotency.WithKey], or
+//     transport.IdempotencyKey for a host listed in
+//     idempotency.Options.Hosts; or
+//   - it has an Idempotency-Key or X-Idempotency-Key header at all, even
+//     an empty or nil one: net/http itself takes either as the caller's
+//     promise and replays such a request on a new connection, so sturdy
+//     does not pretend otherwise.
+//
+// Any other request (a POST or PATCH nobody vouched for) is sent again
+// only when the outcome proves that the server did not act on it: see
+// [Decision].DidNotAct. Hedged attempts follow the same rule.
+//
+// [idempotency.WithKey]: https://pkg.go.dev/github.com/sturdyhttp/sturdy/idempotency#WithKey
+func SafeToResend(req *http.Request, keyHeader string) bool {
+	if idempotentMethod(req.Method) || HasKey(req, keyHeader) {
+		return true
+	}
+	_, a := req.Header["Idempotency-Key"]
+	_, b := req.Header["X-Idempotency-Key"]
+	return a || b
+}
+
+// HasKey reports whether req carries a non-empty idempotency key in
+// keyHeader ("Idempotency-Key" when empty).
+func HasKey(req *http.Request, keyHeader string) bool {
+	if keyHeader == "" {
+		keyHeader = "Idempotency-Key"
+	}
+	return req.Header.Get(keyHeader) != ""
+}
+
+// idempotentMethod reports whether method m is idempotent by RFC 9110
+// §9.2.2; the empty method means GET.
+func idempotentMethod(m string) bool {
+	switch m {
+	case "", "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,447 @@
+package ratelimit
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// This file holds a host's quota state and every change made to it:
+// admit (a request asks to go), settle (its response arrives), cancel (it
+// never reached the server), pause (the server asks for one). They are
+// the only places the state changes, each under the host's lock.
+
+// hostState is the quota state of one host (or one Options.Key).
+type hostState struct {
+	waiters atomic.Int32
+
+	mu     sync.Mutex
+	quotas [maxQuotas]quotaState
+	nq     int
+	routes [maxRoutes]route
+	nr     int
+	common quotaSet // the quotas every known route is counted against
+	tick   int64    // counts updates, to find the least recently updated
+
+	pause time.Time // end of the pause in force (server-asked, or after a bare 429)
+	// held counts the responses that asked for the pause in force: the
+	// requests likely to come back when it ends.
+	held    int
+	release spread
+	thr     throttle
+	client  *rate.Limiter // Options.Rate; nil when off
+	news    chan struct{} // closed by the next response; nil when nobody waits
+}
+
+// quotaState is one quota of a host, counted down between responses.
+type quotaState struct {
+	resource, policy string
+	family           Family
+	limit            int // Unknown when not known
+	remaining        int // counted down as requests go; Unknown when not known
+	reset            time.Time
+	window           time.Duration
+	// gen changes whenever a new window starts, so that a cancelled
+	// reservation gives its unit back only to the window it took it from.
+	gen uint32
+	// awaiting is set when a window ended with no known next reset;
+	// sentSinceRoll counts the requests let through since.
+	awaiting      bool
+	sentSinceRoll int
+	used          int64
+}
+
+// named reports whether the quota names its resource (GitHub's
+// X-RateLimit-Resource, an IETF policy name): it counts only the routes
+// whose responses named it.
+func (q *quotaState) named() bool {
+	return q.resource != "" || (q.family == FamilyRateLimit && q.policy != "")
+}
+
+// tokens reports whether the quota counts tokens rather than requests:
+// the Tracker cannot count those down, only obey them.
+func (q *quotaState) tokens() bool { return strings.HasSuffix(q.policy, "tokens") }
+
+// spread releases the requests held by a pause gradually: at most one per
+// interval from the pause's end, never later than end, which is fixed
+// when the pause ends. Requests that come after end go at once.
+type spread struct {
+	of       time.Time // the end of the pause it releases
+	end      time.Time
+	next     time.Time
+	interval time.Duration
+}
+
+// verdict is what the state of a host says to one request.
+type verdict struct {
+	until  time.Time     // wait until then, unless zero
+	reason string        // why; "" means go
+	own    bool          // a wait of the Tracker's own making (spread, pace)
+	news   chan struct{} // ReasonAwaitQuota: wait for this to close
+}
+
+// admission is what one request has been through so far in admit.
+type admission struct {
+	paced    bool // has its slot at the learned rate
+	released bool // has its place in a release spread, or needs none
+	waited   bool // has waited for a pause
+	giveUp   bool // has waited for news of a new window once
+}
+
+func newHostState(o *Options) *hostState {
+	h := &hostState{}
+	if o.Rate > 0 {
+		h.client = rate.NewLimiter(o.Rate, o.burst())
+	}
+	return h
+}
+
+// admit applies the host's state to a request at now: it lets the
+// request go (and counts it in res) or says how long to wait.
+func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve int) verdict {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.counting(res.route)
+	// Wait for the latest of the pause and the resets of the exhausted
+	// quotas that count the request, all at once, so that a wait that
+	// cannot end in time is refused before any of it is spent.
+	var until time.Time
+	paused := now.Before(h.pause)
+	for i := range h.quotas[:h.nq] {
+		if set&(1<<i) == 0 {
+			continue
+		}
+		q := &h.quotas[i]
+		if !q.reset.IsZero() && !now.Before(q.reset) {
+			q.roll(now)
+		}
+		if reserve < 0 || q.remaining == Unknown {
+			continue
+		}
+		if q.remaining > reserve || (q.tokens() && q.remaining > 0) {
+			continue
+		}
+		if !q.reset.IsZero() {
+			if q.reset.After(until) {
+				until = q.reset
+			}
+			continue
+		}
+		if q.awaiting && q.sentSinceRoll > 0 && !a.giveUp {
+			if h.news == nil {
+				h.news = make(chan struct{})
+			}
+			return verdict{reason: ReasonAwaitQuota, news: h.news}
+		}
+	}
+	if paused && !h.pause.Before(until) {
+		a.waited = true
+		return verdict{until: h.pause, reason: ReasonRetryAfter}
+	}
+	if !until.IsZero() {
+		a.waited = a.waited || paused
+		return verdict{until: until, reason: ReasonQuota}
+	}
+	if !a.released {
+		a.released = true
+		if slot, ok := h.releaseSlot(now, set, a.waited); ok && slot.After(now) {
+			res.releasedAt = slot
+			return verdict{until: slot, reason: ReasonReleaseRate, own: true}
+		}
+	}
+	if !a.paced && h.thr.on(now) {
+		a.paced = true
+		slot := h.thr.pace.reserve(now)
+		res.pacedAt = slot
+		if slot.After(now) {
+			return verdict{until: slot, reason: ReasonThrottle, own: true}
+		}
+	}
+	for i := range h.quotas[:h.nq] {
+		if set&(1<<i) == 0 {
+			continue
+		}
+		q := &h.quotas[i]
+		if q.remaining > 0 && !q.tokens() {
+			q.remaining--
+			res.counted |= 1 << i
+			res.gens[i] = q.gen
+		}
+		if q.awaiting {
+			q.sentSinceRoll++
+		}
+	}
+	return verdict{}
+}
+
+// releaseSlot returns the time a request may go in the spread that
+// follows the last pause, and false when there is no spread to join.
+func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.Time, bool) {
+	if h.pause.IsZero() {
+		return time.Time{}, false
+	}
+	if !h.release.of.Equal(h.pause) {
+		if !waited && now.Sub(h.pause) > maxOwnWait {
+			return time.Time{}, false // a pause long over: nothing to spread
+		}
+		// The pause has just ended: fix the spread once, sized for the
+		// requests it held.
+		// The sleepers, the one asking, and the requests told to pause.
+		n := int(h.waiters.Load()) + 1 + h.held
+		d := time.Duration(float64(n) / h.releaseRate(set) * float64(time.Second))
+		d = min(d, maxOwnWait)
+		h.release = spread{of: h.pause, end: h.pause.Add(d), next: h.pause, interval: d / time.Duration(n)}
+	}
+	s := &h.release
+	if !now.Before(s.end) || !s.next.Before(s.end) {
+		return time.Time{}, false
+	}
+	slot := s.next
+	if slot.Before(now) {
+		slot = now
+	}
+	s.next = slot.Add(s.interval)
+	return slot, true
+}
+
+// releaseRate is the rate at which requests held by a pause are let go:
+// the learned rate, else the quota's own rate when known, else
+// DefaultReleaseRate.
+func (h *hostState) releaseRate(set quotaSet) float64 {
+	if h.thr.rate > 0 {
+		return h.thr.rate
+	}
+	best := -1.0
+	for i := range h.quotas[:h.nq] {
+		q := &h.quotas[i]
+		if set&(1<<i) != 0 && q.limit > 0 && q.window > 0 && !q.tokens() {
+			if r := float64(q.limit) / q.window.Seconds(); best < 0 || r < best {
+				best = r
+			}
+		}
+	}
+	if best > 0 {
+		return best
+	}
+	return float64(DefaultReleaseRate)
+}
+
+// cancel gives back what res took: its unit of each quota (when the
+// window is still the one it was taken from), its slot at the learned
+// rate and in a release spread.
+func (h *hostState) cancel(res *Reservation) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range h.quotas[:h.nq] {
+		q := &h.quotas[i]
+		if res.counted&(1<<i) == 0 || q.gen != res.gens[i] {
+			continue
+		}
+		if q.remaining != Unknown && (q.limit == Unknown || q.remaining < q.limit) {
+			q.remaining++
+		}
+		if q.awaiting && q.sentSinceRoll > 0 {
+			q.sentSinceRoll--
+		}
+	}
+	if !res.pacedAt.IsZero() {
+		h.thr.pace.cancel(res.pacedAt)
+	}
+	if !res.releasedAt.IsZero() && h.release.next.Equal(res.releasedAt.Add(h.release.interval)) {
+		h.release.next = res.releasedAt
+	}
+}
+
+// settle records what a response of route said: its quotas, and the
+// verdict v (with the pause's end) that ResponseVerdict gave. sent is when
+// its request was let through. It reports whether anyone waited for news.
+func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status int, v Verdict, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.observe(now, route, qs)
+	switch v {
+	case VerdictPause:
+		h.setPause(now, until)
+		h.held++
+		if status == http.StatusTooManyRequests && h.thr.repeated(now, sent) {
+			// 429s again and again: the pauses alone do not find the
+			// pace the server keeps; learn it too.
+			h.thr.tooMany(now, sent)
+		}
+		if h.thr.last429.IsZero() || sent.After(h.thr.last429) {
+			h.thr.last429 = now
+		}
+	case VerdictThrottle:
+		if h.thr.tooMany(now, sent) {
+			h.setPause(now, now.Add(throttlePause))
+			h.held++
+		}
+	default:
+		if status != http.StatusTooManyRequests && status < 500 {
+			h.thr.success(now)
+		}
+	}
+	h.wake()
+}
+
+// observe merges the quotas of a response of route into the state. h.mu
+// is held.
+func (h *hostState) observe(now time.Time, route string, qs []Quota) {
+	var set quotaSet
+	for _, q := range qs {
+		i := h.slot(q)
+		h.quotas[i].update(q, now)
+		if h.client != nil && q.Limit != Unknown && q.Window > 0 && !h.quotas[i].tokens() {
+			// The server's own rate replaces Options.Rate.
+			if r := rate.Limit(float64(q.Limit) / q.Window.Seconds()); h.client.Limit() != r {
+				h.client.SetLimitAt(now, r)
+			}
+		}
+		h.tick++
+		h.quotas[i].used = h.tick
+		set |= 1 << i
+	}
+	if set != 0 {
+		h.learn(route, set)
+	}
+}
+
+// slot returns the index of the quota that q reports, making room for it
+// when it is new. h.mu is held.
+func (h *hostState) slot(q Quota) int {
+	for i := range h.quotas[:h.nq] {
+		if p := &h.quotas[i]; p.resource == q.Resource && p.policy == q.Policy {
+			return i
+		}
+	}
+	i := h.nq
+	if h.nq < maxQuotas {
+		h.nq++
+	} else {
+		i = 0
+		for j := range h.quotas[:h.nq] {
+			if h.quotas[j].used < h.quotas[i].used {
+				i = j
+			}
+		}
+		h.forget(i)
+	}
+	h.quotas[i] = quotaState{
+		resource: strings.Clone(q.Resource), policy: strings.Clone(q.Policy), family: q.Family,
+		limit: Unknown, remaining: Unknown, gen: h.quotas[i].gen + 1,
+	}
+	return i
+}
+
+// setPause holds every request until until; a pause never shortens one
+// in force. h.mu is held.
+func (h *hostState) setPause(now, until time.Time) {
+	if !now.Before(h.pause) {
+		h.held = 0 // a new pause
+	}
+	if until.After(h.pause) {
+		h.pause = until
+	}
+}
+
+// wake wakes the requests waiting for news. h.mu is held.
+func (h *hostState) wake() {
+	if h.news != nil {
+		close(h.news)
+		h.news = nil
+	}
+}
+
+// live reports whether dropping h loses anything that holds a request
+// back: a waiter, a pause, a spread or a learned rate in force, an
+// exhausted quota whose reset is ahead, a request waiting for news. A
+// window with quota left is not worth keeping a host for: the next
+// response says it again.
+func (h *hostState) live(now time.Time, reserve int) bool {
+	if h.waiters.Load() > 0 {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if now.Before(h.pause) || now.Before(h.release.end) || h.news != nil || h.thr.on(now) {
+		return true
+	}
+	for i := range h.quotas[:h.nq] {
+		q := &h.quotas[i]
+		if q.remaining != Unknown && q.remaining <= max(reserve, 0) && now.Before(q.reset) {
+			return true
+		}
+	}
+	return false
+}
+
+// roll starts the quota's next window once its reset has passed:
+// Remaining is whole again. The next reset is one Window later when the
+// window is known; otherwise it is unknown until a response says.
+func (q *quotaState) roll(now time.Time) {
+	q.remaining = q.limit
+	q.gen++
+	if q.window > 0 {
+		n := now.Sub(q.reset)/q.window + 1
+		q.reset = q.reset.Add(n * q.window)
+		return
+	}
+	q.reset = time.Time{}
+	q.awaiting, q.sentSinceRoll = true, 0
+}
+
+// update merges a quota read from a response into the state.
+func (q *quotaState) update(r Quota, now time.Time) {
+	if r.Limit != Unknown {
+		q.limit = r.Limit
+	}
+	if r.Window > 0 {
+		q.window = r.Window
+	}
+	q.family = r.Family
+	if r.Remaining == Unknown {
+		return
+	}
+	switch {
+	case !r.Reset.IsZero() && !r.Reset.After(now):
+		// The window it describes is over: its Remaining is stale.
+	case q.reset.IsZero():
+		// The first news of this window (or of this quota). After a
+		// roll, the requests let through since count too.
+		if q.awaiting {
+			q.remaining = minKnown(q.remaining, r.Remaining)
+		} else {
+			q.remaining = r.Remaining
+		}
+		q.reset = r.Reset
+		if !r.Reset.IsZero() {
+			q.awaiting = false
+		}
+	case r.Reset.Sub(q.reset) > sameWindow:
+		// The server has moved to another window.
+		q.reset, q.remaining = r.Reset, r.Remaining
+		q.gen++
+	default:
+		// The same window: what the server saw and what has gone since.
+		q.remaining = minKnown(q.remaining, r.Remaining)
+		if r.Reset.After(q.reset) {
+			q.reset = r.Reset
+		}
+	}
+}
+
+func minKnown(a, b int) int {
+	if a == Unknown {
+		return b
+	}
+	return min(a, b)
+}
+
+// sameWindow is how far apart two resets may be and still be taken for
+// the same window: servers that send delta seconds round them, so one
+// window's reset moves by up to a second from response to response.
+const sameWindow = time.Second

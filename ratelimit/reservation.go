@@ -1,0 +1,135 @@
+package ratelimit
+
+import (
+	"net/http"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/sturdyhttp/sturdy/internal/hosts"
+)
+
+// Reservation is one request's place in its host's quotas, taken by
+// [Tracker.Reserve] before the request is sent. It is settled exactly
+// once: [Reservation.Settle] with the response (or nil when the request
+// was sent and no response came), or [Reservation.Cancel] when the request
+// never reached the server, which gives back the unit of quota it took.
+// Calls after the first do nothing, as do calls on the zero Reservation.
+//
+// A Reservation is a value so that taking one allocates nothing; keep it
+// in one variable and settle that one (a copy settled as well would count
+// twice). It is not safe for concurrent use.
+type Reservation struct {
+	t     *Tracker
+	st    *hostState // nil: the host had no state when the request went
+	key   hosts.Key
+	route string
+	// at is when the request was let through; the zero Time when the
+	// host had no state then.
+	at         time.Time
+	counted    quotaSet // quotas it took a unit of
+	gens       [maxQuotas]uint32
+	pacedAt    time.Time // its slot at the learned rate
+	releasedAt time.Time // its slot in a release spread
+	client     *rate.Reservation
+	fleet      fleetPlace // its place in the fleet's quota (Options.Store)
+	done       bool
+}
+
+// Reserve waits until r may be sent to its host, as the [Tracker] doc
+// describes, and returns its [Reservation], to be settled once r has been
+// sent or given up. The error is a [*QuotaError] (matching
+// [ErrQuotaExhausted]) when the wait would not end before r's context
+// deadline or [Options.MaxWait], and r's context error when the context
+// ends during the wait; the Reservation is then the zero one, with
+// nothing to settle.
+func (t *Tracker) Reserve(r *http.Request) (Reservation, error) {
+	k := t.key(r)
+	res := Reservation{t: t, key: k, route: routeOf(r)}
+	st := t.slot.Peek(k)
+	if st == nil && t.o.Rate <= 0 && t.o.Store == nil {
+		return res, nil // the common case: nothing known, nothing to count
+	}
+	if st = t.slot.Get(k); st == nil {
+		return res, nil // the registry is full of live hosts
+	}
+	res.st = st
+	w := waiter{t: t, r: r, k: k, st: st, start: time.Now()}
+	if st.client != nil {
+		if err := w.clientRate(&res); err != nil {
+			return Reservation{}, err
+		}
+	}
+	if err := w.admit(&res); err != nil {
+		res.Cancel()
+		return Reservation{}, err
+	}
+	if t.o.Store != nil {
+		if err := w.fleetTake(&res); err != nil {
+			res.Cancel()
+			return Reservation{}, err
+		}
+	}
+	res.at = time.Now()
+	return res, nil
+}
+
+// Settle records what the server answered: the quotas resp's headers
+// report, and what its status asks of the host (see [ResponseVerdict]): a
+// pause, a slower pace, or, for a success, a step back to full speed.
+// resp is nil when the request was sent but no response came: its unit
+// of quota stays spent, since the server may have counted it.
+func (res *Reservation) Settle(resp *http.Response) {
+	if res.done || res.t == nil {
+		return
+	}
+	res.done = true
+	if resp == nil {
+		return
+	}
+	h, status := resp.Header, resp.StatusCode
+	seen := scan(h)
+	if seen == 0 && status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
+		if res.st != nil {
+			res.st.settle(time.Now(), res.at, res.route, nil, status, VerdictNone, time.Time{})
+		}
+		return // the common case: nothing to learn
+	}
+	now := time.Now()
+	var buf [maxPolicies]Quota
+	qs := parseSeen(h, seen, now, buf[:0])
+	v, until := ResponseVerdict(status, h, qs, now)
+	if s := res.t.o.Store; s != nil {
+		fleetSettle(s, res.key.String(), qs, v, until, now, res.t.o.Reserve)
+	}
+	st := res.st
+	if st == nil {
+		if len(qs) == 0 && v == VerdictNone {
+			return
+		}
+		if st = res.t.slot.Get(res.key); st == nil {
+			return
+		}
+	}
+	st.settle(now, res.at, res.route, qs, status, v, until)
+}
+
+// Cancel gives back what the reservation took, for a request that never
+// reached the server: its unit of each quota that counts it (unless a new
+// window has started since), its slot at the host's learned rate and in a
+// release spread, and its token of [Options.Rate].
+func (res *Reservation) Cancel() {
+	if res.done || res.t == nil {
+		return
+	}
+	res.done = true
+	if res.client != nil {
+		res.client.Cancel()
+	}
+	if res.fleet.taken {
+		res.t.o.Store.Return(res.fleet.key, res.fleet.resource)
+	}
+	if res.st != nil {
+		res.st.cancel(res)
+	}
+}

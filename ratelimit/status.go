@@ -1,0 +1,53 @@
+package ratelimit
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/internal/lex"
+)
+
+// Verdict is what one response says about its host's pace, as
+// [ResponseVerdict] reads it.
+type Verdict uint8
+
+// The verdicts of [ResponseVerdict].
+const (
+	// VerdictNone: the response asks nothing of the host's pace.
+	VerdictNone Verdict = iota
+	// VerdictPause: a 429 or 503 with Retry-After (or retry-after-ms):
+	// every request to the host waits until the time the server named.
+	VerdictPause
+	// VerdictThrottle: a 429 that names no wait and reports no exhausted
+	// quota: the host is sent requests more slowly (see the Tracker).
+	VerdictThrottle
+)
+
+// ResponseVerdict decides what a response with status and header h,
+// received at now, asks of its host: a pause until a time (VerdictPause,
+// with the end), a slower pace (VerdictThrottle), or nothing. quotas are
+// the quotas h reports (see [ParseAll]); one that is exhausted already
+// holds the requests it counts until its reset, so its 429 asks nothing
+// more. A Retry-After date is measured from the response's Date, as
+// quota resets are. Other statuses, 503 without Retry-After included,
+// ask nothing: a server that is down is the circuit breaker's business.
+func ResponseVerdict(status int, h http.Header, quotas []Quota, now time.Time) (Verdict, time.Time) {
+	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
+		return VerdictNone, time.Time{}
+	}
+	if d, ok := lex.ResponseRetryAfter(h, now); ok {
+		if d <= 0 || d > maxReset { // now, or garbage as a reset that far would be
+			return VerdictNone, time.Time{}
+		}
+		return VerdictPause, now.Add(d)
+	}
+	if status != http.StatusTooManyRequests {
+		return VerdictNone, time.Time{}
+	}
+	for _, q := range quotas {
+		if q.Remaining == 0 && q.Reset.After(now) {
+			return VerdictNone, time.Time{}
+		}
+	}
+	return VerdictThrottle, time.Time{}
+}

@@ -1,0 +1,142 @@
+package ratelimit
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/internal/hosts"
+)
+
+// waiter is one request going through Reserve.
+type waiter struct {
+	t     *Tracker
+	r     *http.Request
+	k     hosts.Key
+	st    *hostState
+	start time.Time
+	// waited is set once the request has waited: a wait of the
+	// Tracker's own making that would then run past its budget is
+	// skipped rather than refused, so that no request waits only to fail.
+	waited bool
+}
+
+// admit asks the host's state until it lets the request go, waiting as
+// it says.
+func (w *waiter) admit(res *Reservation) error {
+	var a admission
+	for {
+		now := time.Now()
+		v := w.st.admit(now, res, &a, w.t.o.Reserve)
+		switch v.reason {
+		case "":
+			return nil
+		case ReasonAwaitQuota:
+			if err := w.awaitNews(now, v.news); err != nil {
+				return err
+			}
+			a.giveUp = true // one round of news at most; then go on what is known
+			continue
+		}
+		if err := w.sleep(now, v.until, v.reason, v.own); err != nil {
+			return err
+		}
+	}
+}
+
+// budget returns the latest time a wait may end: start+MaxWait, or the
+// request's deadline if sooner. ok is false when no wait is allowed.
+func (w *waiter) budget() (limit time.Time, strict bool, ok bool) {
+	mw := w.t.o.maxWait()
+	if mw < 0 {
+		return time.Time{}, false, false
+	}
+	limit = w.start.Add(mw)
+	if d, has := w.r.Context().Deadline(); has && !d.After(limit) {
+		return d, true, true
+	}
+	return limit, false, true
+}
+
+// sleep waits until until, or fails fast when that is past the budget.
+// own says the wait is of the Tracker's own making (see waiter.waited).
+func (w *waiter) sleep(now, until time.Time, reason string, own bool) error {
+	d := until.Sub(now)
+	if d <= 0 {
+		return nil
+	}
+	limit, strict, ok := w.budget()
+	if !ok || until.After(limit) || (strict && !until.Before(limit)) {
+		if own && w.waited {
+			return nil
+		}
+		return w.reject(d, until, reason)
+	}
+	w.waited = true
+	if f := w.t.o.OnWait; f != nil {
+		f(WaitEvent{Request: w.r, Key: w.k.String(), Wait: d, Reason: reason})
+	}
+	w.st.waiters.Add(1)
+	defer w.st.waiters.Add(-1)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	ctx := w.r.Context()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// awaitNews waits for the next response of the host, at most
+// awaitNewsMax, and not at all when the request's deadline is nearer.
+func (w *waiter) awaitNews(now time.Time, news <-chan struct{}) error {
+	limit, _, ok := w.budget()
+	if !ok || limit.Sub(now) <= awaitNewsMax {
+		return nil
+	}
+	if f := w.t.o.OnWait; f != nil {
+		f(WaitEvent{Request: w.r, Key: w.k.String(), Reason: ReasonAwaitQuota})
+	}
+	w.st.waiters.Add(1)
+	defer w.st.waiters.Add(-1)
+	timer := time.NewTimer(awaitNewsMax)
+	defer timer.Stop()
+	ctx := w.r.Context()
+	select {
+	case <-news:
+		return nil
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// awaitNewsMax bounds a wait for the first response of a new window
+// whose reset is not known yet; past it, the request goes anyway.
+const awaitNewsMax = time.Second
+
+// clientRate waits for the client-side limiter (Options.Rate), keeping
+// its token in res so that a cancel gives it back.
+func (w *waiter) clientRate(res *Reservation) error {
+	now := time.Now()
+	cr := w.st.client.ReserveN(now, 1)
+	if !cr.OK() {
+		return w.reject(w.t.o.maxWait(), now.Add(w.t.o.maxWait()), ReasonClientRate)
+	}
+	if err := w.sleep(now, now.Add(cr.DelayFrom(now)), ReasonClientRate, false); err != nil {
+		cr.CancelAt(now)
+		return err
+	}
+	res.client = cr
+	return nil
+}
+
+func (w *waiter) reject(d time.Duration, until time.Time, reason string) error {
+	err := &QuotaError{Key: w.k.String(), Reset: until, Wait: d, Reason: reason}
+	if f := w.t.o.OnReject; f != nil {
+		f(RejectEvent{Request: w.r, Key: err.Key, Wait: d, Reason: reason, Err: err})
+	}
+	return err
+}

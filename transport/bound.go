@@ -1,0 +1,292 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The names a [*DeadlineError] gives the bounds of [New].
+const (
+	boundTimeout = "Timeout"
+	boundAttempt = "AttemptTimeout"
+	boundIdle    = "IdleTimeout"
+)
+
+// boundMode says what a bound covers once the response headers are in.
+type boundMode uint8
+
+const (
+	// boundAll ([Deadline]) bounds the body too, whatever it is.
+	boundAll boundMode = iota
+	// boundOperation (New's Timeout and IdleTimeout) bounds a body that
+	// is not a stream by the deadline, and every body by the idle limit.
+	boundOperation
+	// boundHeaders (New's AttemptTimeout) ends at the response headers;
+	// it reads a body that is not a stream inside the attempt when asked.
+	boundHeaders
+)
+
+// bound is the RoundTripper of [Deadline] and of the bounds of [New].
+type bound struct {
+	next    http.RoundTripper
+	mode    boundMode
+	d       time.Duration // the deadline; 0: none
+	idle    time.Duration // the idle limit; 0: none
+	tick    time.Duration // how often the idle watch looks: idle/8
+	readMax int64         // boundHeaders: read bodies up to this many bytes in the attempt (0: not unless asked per request)
+	dlErr   *DeadlineError
+	idleErr *DeadlineError
+}
+
+func newBound(next http.RoundTripper, mode boundMode, d, idle time.Duration, name string, readMax int64) *bound {
+	b := &bound{next: next, mode: mode, d: max(d, 0), idle: max(idle, 0), readMax: readMax}
+	b.dlErr = &DeadlineError{Bound: name, Limit: b.d}
+	if b.idle > 0 {
+		b.tick = max(b.idle/8, time.Millisecond)
+		b.idleErr = &DeadlineError{Bound: boundIdle, Limit: b.idle}
+	}
+	return b
+}
+
+func (t *bound) CloseIdleConnections() { closeIdle(t.next) }
+
+// boundOp is what a bound allocates per request, in one piece: the
+// context, the request copy that carries it and the response body's
+// wrapper.
+type boundOp struct {
+	ctx  boundCtx
+	req  http.Request
+	body boundBody
+}
+
+func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
+	parent := req.Context()
+	readMax := t.readMax
+	if t.mode == boundHeaders {
+		if v, ok := parent.Value(readBodyKey{}).(int64); ok {
+			readMax = v
+		}
+		if t.d == 0 && readMax <= 0 {
+			return t.next.RoundTrip(req)
+		}
+	}
+	var now, dl time.Time
+	if t.d > 0 {
+		now = time.Now()
+		dl = now.Add(t.d)
+	}
+	watchBody := t.idle > 0 && (t.mode == boundOperation || readMax > 0)
+	if pdl, ok := parent.Deadline(); ok && readMax <= 0 {
+		// The caller's own deadline comes before anything this bound
+		// could cut: it has nothing to add.
+		if now.IsZero() {
+			now = time.Now()
+		}
+		left := pdl.Sub(now)
+		if (t.d == 0 || left <= t.d) && (!watchBody || left <= t.idle) {
+			return t.next.RoundTrip(req)
+		}
+	}
+	op := &boundOp{}
+	c := &op.ctx
+	c.start(parent, t, dl, t.d)
+	op.req = *req.WithContext(c)
+	resp, err := t.next.RoundTrip(&op.req)
+	if err != nil || resp == nil {
+		if cut := c.release(); cut != nil && err != nil {
+			err = cut
+		}
+		return resp, err
+	}
+	body := resp.Body
+	if body == nil || body == http.NoBody {
+		c.release()
+		return resp, nil
+	}
+	if rw, ok := body.(io.ReadWriteCloser); ok { // 101 Switching Protocols
+		if t.mode != boundAll {
+			c.bodyStarts(false, false) // an upgraded connection is neither bounded nor cut
+		}
+		resp.Body = &boundBodyRW{boundBody{rc: rw, c: c}, rw}
+		return resp, nil
+	}
+	op.body = boundBody{rc: body, c: c}
+	switch t.mode {
+	case boundOperation:
+		stream := isStream(resp)
+		c.bodyStarts(!stream, t.idle > 0)
+	case boundHeaders:
+		if readMax > 0 && !isStream(resp) {
+			c.bodyStarts(false, t.idle > 0)
+			return readInAttempt(resp, &op.body, readMax)
+		}
+		c.bodyStarts(false, false)
+	}
+	resp.Body = &op.body
+	return resp, nil
+}
+
+// boundBody is a response body under a bound: each Read is counted for
+// the idle watch (two atomic adds), the bound is released at EOF or
+// Close, and an error caused by a cut is the cut's [*DeadlineError].
+type boundBody struct {
+	rc io.ReadCloser
+	c  *boundCtx
+}
+
+func (b *boundBody) Read(p []byte) (int, error) {
+	b.c.activity.Add(1)
+	n, err := b.rc.Read(p)
+	b.c.activity.Add(1)
+	if err != nil {
+		if err == io.EOF {
+			b.c.release()
+		} else if cut := b.c.cut(); cut != nil {
+			err = cut
+		}
+	}
+	return n, err
+}
+
+func (b *boundBody) Close() error {
+	err := b.rc.Close()
+	b.c.release()
+	return err
+}
+
+// boundBodyRW is the body of a 101 Switching Protocols response: the
+// upgraded connection, readable and writable.
+type boundBodyRW struct {
+	boundBody
+	w io.Writer
+}
+
+func (b *boundBodyRW) Write(p []byte) (int, error) { return b.w.Write(p) }
+
+// CloseWrite half-closes the upgraded connection, as net/http's own 101
+// body allows.
+func (b *boundBodyRW) CloseWrite() error { return closeWrite(b.w) }
+
+// isStream reports whether resp's body is a stream: read for as long as
+// it makes progress rather than inside a deadline. Streams are server-sent
+// events, newline-delimited JSON in its several names, JSON text
+// sequences, multipart replace streams, gRPC, Connect streaming and AWS
+// event streams (Bedrock's streaming responses).
+func isStream(resp *http.Response) bool {
+	v := resp.Header["Content-Type"]
+	if len(v) == 0 {
+		return false
+	}
+	ct := v[0]
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	ct = strings.TrimSpace(ct)
+	for _, s := range streamTypes {
+		if strings.EqualFold(ct, s) {
+			return true
+		}
+	}
+	for _, p := range streamPrefixes {
+		if len(ct) > len(p) && strings.EqualFold(ct[:len(p)], p) {
+			return true
+		}
+	}
+	return false
+}
+
+var streamTypes = [...]string{
+	"text/event-stream",
+	"application/x-ndjson",
+	"application/ndjson",
+	"application/jsonl",
+	"application/x-jsonl",
+	"application/jsonlines",
+	"application/x-jsonlines",
+	"application/json-seq",
+	"application/stream+json",
+	"application/x-json-stream",
+	"multipart/x-mixed-replace",
+	"application/grpc",
+	"application/vnd.amazon.eventstream",
+}
+
+var streamPrefixes = [...]string{
+	"application/grpc+",    // application/grpc+proto, +json
+	"application/grpc-web", // grpc-web, grpc-web+proto, grpc-web-text
+	"application/connect+", // Connect's streaming protocol
+}
+
+// readBodyKey is the context key of [WithReadBody].
+type readBodyKey struct{}
+
+// WithReadBody returns a copy of ctx that sets, for the requests made
+// with it, how much of a response body that is not a stream [New] reads
+// inside the attempt (see Options.ReadBody): limit > 0 turns it on with
+// that limit, limit < 0 turns it off, 0 keeps the stack's setting.
+func WithReadBody(ctx context.Context, limit int64) context.Context {
+	if limit == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, readBodyKey{}, limit)
+}
+
+// readInAttempt reads resp's body (under its bound, b) up to limit bytes
+// before resp is handed back, so that a body cut or stalled half way is
+// a failed attempt that Retry may try again. A body longer than limit is
+// handed back as it is: what was read, then the rest as it streams.
+func readInAttempt(resp *http.Response, b *boundBody, limit int64) (*http.Response, error) {
+	var buf bytes.Buffer
+	if resp.ContentLength > 0 && resp.ContentLength <= limit {
+		buf.Grow(int(resp.ContentLength) + 1)
+	}
+	n := limit + 1 // one more, to learn whether the body is longer
+	if n < 0 {
+		n = limit
+	}
+	_, err := buf.ReadFrom(io.LimitReader(b, n))
+	if err != nil {
+		b.Close()
+		return nil, &ResponseBodyError{Status: resp.StatusCode, Read: int64(buf.Len()), Err: err}
+	}
+	if int64(buf.Len()) > limit {
+		resp.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(buf.Bytes()), b), body: b}
+		return resp, nil
+	}
+	b.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
+	resp.ContentLength = int64(buf.Len())
+	return resp, nil
+}
+
+// ResponseBodyError is the error of an attempt whose response body failed while
+// it was read inside the attempt (Options.ReadBody): the server sent its
+// headers, then cut the body or stalled. [Retry] treats it as a network
+// error: it tries again when the request is safe to send twice.
+type ResponseBodyError struct {
+	Status int   // the response's status
+	Read   int64 // bytes of the body read before it failed
+	Err    error // why it failed
+}
+
+func (e *ResponseBodyError) Error() string {
+	return "transport: response body (status " + strconv.Itoa(e.Status) + ") failed after " + strconv.FormatInt(e.Read, 10) + " bytes: " + e.Err.Error()
+}
+
+// Unwrap returns why the body failed.
+func (e *ResponseBodyError) Unwrap() error { return e.Err }
+
+// Timeout reports whether the body failed for a bound's time.
+func (e *ResponseBodyError) Timeout() bool { return isTimeout(e.Err) }
+
+// isTimeout reports whether err says that something timed out.
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout()
+}

@@ -1,0 +1,338 @@
+package transport
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// boundCtx is the context that a bound ([Deadline], and the Timeout,
+// AttemptTimeout and IdleTimeout of [New]) gives the requests beneath it.
+// It does what context.WithTimeoutCause does, for less (one allocation
+// shared with the request copy and the body wrapper, instead of four),
+// and two things it cannot:
+//
+//   - its deadline can be disarmed while the context lives on, so that a
+//     stream's body stays readable after its headers end the bound on
+//     getting a response;
+//   - one coarse timer also watches the body for idleness: Read counts its
+//     calls in an atomic counter, and the timer (which fires every
+//     IdleTimeout/8 while a body is read) cuts the body when a Read has
+//     been blocked for IdleTimeout. No timer is touched per Read.
+//
+// Its Err is [context.DeadlineExceeded] when it is cut (by the deadline or
+// for idleness), the parent's error when the parent ends first, and
+// [context.Canceled] once released. [context.Cause] gives the
+// [*DeadlineError] that names the bound, so net/http (which reports
+// context.Cause on HTTP/1 and ctx.Err on HTTP/2) returns errors that match
+// context.DeadlineExceeded either way; the bound then replaces them with
+// its *DeadlineError. Contexts derived from it with context.WithCancel
+// register through its AfterFunc method, without a goroutine.
+type boundCtx struct {
+	parent context.Context
+	b      *bound
+
+	// activity counts entries to and returns from the body's Read: odd
+	// while a Read is blocked. The timer reads it; Read only adds.
+	activity atomic.Uint64
+
+	mu        sync.Mutex
+	done      atomic.Value // chan struct{}, made on first use
+	err       error
+	cause     error           // the cut that ended it; nil when the parent did, or on release
+	causeCtx  context.Context // a canceled context whose cause is cause, for context.Cause
+	fromParnt bool            // the parent ended it
+	timer     *time.Timer
+	dl        time.Time // the bound's own deadline, while dlArmed
+	dlArmed   bool
+	idleArmed bool
+	seen      uint64    // activity at the last tick
+	quiet     time.Time // since when activity has been seen unchanged (valid while idleArmed)
+	afters    []afterEntry
+	inline    [2]afterEntry
+	nextID    uint64
+	stop      func() bool // stops watching the parent
+}
+
+type afterEntry struct {
+	id uint64
+	f  func()
+}
+
+// boundCtxKey finds the nearest boundCtx in a context chain.
+type boundCtxKey struct{}
+
+// cancelCtxKey is the key with which [context.Cause] asks a context for
+// its nearest cancelable ancestor. A boundCtx answers it (nil, or a
+// context canceled with its own cause) so that context.Cause reports the
+// boundCtx's cause and not an ancestor's: the key is unexported, so it is
+// learned once by watching what Cause asks for.
+var cancelCtxKey = func() any {
+	p := &keyProbe{Context: context.Background()}
+	context.Cause(p)
+	return p.key
+}()
+
+type keyProbe struct {
+	context.Context
+	key any
+}
+
+func (p *keyProbe) Err() error { return context.Canceled }
+
+func (p *keyProbe) Value(k any) any {
+	p.key = k
+	return nil
+}
+
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// start arms the bound's deadline (zero: none) and begins to follow the
+// parent. It is called once, before the context is shared.
+func (c *boundCtx) start(parent context.Context, b *bound, dl time.Time, d time.Duration) {
+	c.parent, c.b = parent, b
+	c.afters = c.inline[:0]
+	if d > 0 {
+		c.dl, c.dlArmed = dl, true
+		c.timer = time.AfterFunc(d, c.tick)
+	}
+	pdone := parent.Done()
+	if pdone == nil {
+		return
+	}
+	select {
+	case <-pdone:
+		c.end(parent.Err(), nil, true)
+		return
+	default:
+	}
+	// A parent bound is followed directly (no allocation beyond the
+	// registration); any other cancelable parent through context.AfterFunc.
+	if p, ok := parent.Value(boundCtxKey{}).(*boundCtx); ok && p.Done() == pdone {
+		c.stop = p.AfterFunc(c.parentDone)
+	} else {
+		c.stop = context.AfterFunc(parent, c.parentDone)
+	}
+}
+
+func (c *boundCtx) parentDone() { c.end(c.parent.Err(), nil, true) }
+
+// Deadline reports the sooner of the bound's armed deadline and the
+// parent's.
+func (c *boundCtx) Deadline() (time.Time, bool) {
+	pdl, pok := c.parent.Deadline()
+	c.mu.Lock()
+	dl, armed := c.dl, c.dlArmed
+	c.mu.Unlock()
+	if armed && (!pok || dl.Before(pdl)) {
+		return dl, true
+	}
+	return pdl, pok
+}
+
+func (c *boundCtx) Done() <-chan struct{} {
+	if d := c.done.Load(); d != nil {
+		return d.(chan struct{})
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := c.done.Load(); d != nil {
+		return d.(chan struct{})
+	}
+	if c.err != nil {
+		c.done.Store(closedChan)
+		return closedChan
+	}
+	d := make(chan struct{})
+	c.done.Store(d)
+	return d
+}
+
+func (c *boundCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *boundCtx) Value(key any) any {
+	switch key {
+	case boundCtxKey{}:
+		return c
+	case cancelCtxKey:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		switch {
+		case c.err == nil:
+			return nil // not done: no cause, whatever the ancestors say
+		case c.cause != nil:
+			return c.causeCtx
+		case c.fromParnt:
+			return c.parent.Value(key)
+		}
+		return nil // released: the cause is Err, context.Canceled
+	}
+	return c.parent.Value(key)
+}
+
+// AfterFunc arranges for f to run once the context is done (at once, on
+// its own goroutine, if it is done already). The returned stop reports
+// whether it kept f from running. It makes the context an afterFuncer, so
+// context.WithCancel(c) follows c without a goroutine; net/http derives
+// such a context for every HTTP/1 request.
+func (c *boundCtx) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	c.nextID++
+	id := c.nextID
+	c.afters = append(c.afters, afterEntry{id: id, f: f})
+	c.mu.Unlock()
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, e := range c.afters {
+			if e.id == id {
+				c.afters = append(c.afters[:i], c.afters[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func (c *boundCtx) String() string { return "transport.boundCtx" }
+
+// end makes the context done with err (and cause, the cut that ended it),
+// unless it is done already; it reports whether it did.
+func (c *boundCtx) end(err, cause error, fromParent bool) bool {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return false
+	}
+	c.err, c.cause, c.fromParnt = err, cause, fromParent
+	if cause != nil {
+		cc, cancel := context.WithCancelCause(context.Background())
+		cancel(cause)
+		c.causeCtx = cc
+	}
+	if d, _ := c.done.Load().(chan struct{}); d != nil {
+		close(d)
+	} else {
+		c.done.Store(closedChan)
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.dlArmed, c.idleArmed = false, false
+	afters := c.afters
+	c.afters = nil
+	stop := c.stop
+	c.mu.Unlock()
+	if stop != nil && !fromParent {
+		stop()
+	}
+	for _, e := range afters {
+		e.f()
+	}
+	return true
+}
+
+// release ends the context once its work is over (the body is read or
+// closed, or the round trip failed). It returns the cut that ended the
+// context before, if any.
+func (c *boundCtx) release() error {
+	if c.end(context.Canceled, nil, false) {
+		return nil
+	}
+	return c.cut()
+}
+
+// cut returns the *DeadlineError that ended the context, or nil.
+func (c *boundCtx) cut() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause
+}
+
+// bodyStarts says that the response body is now being handed out: the
+// deadline stays armed when keep is set and is disarmed otherwise; the
+// idle watch starts when idle is set.
+func (c *boundCtx) bodyStarts(keep, idle bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	if !keep {
+		c.dlArmed = false
+	}
+	if idle {
+		c.idleArmed = true
+		c.seen = c.activity.Load()
+		c.quiet = time.Now()
+	}
+	c.rearmLocked(c.quiet)
+}
+
+// rearmLocked sets the timer for the next thing it must check: the
+// deadline, or the next idle tick, whichever comes first; it stops it
+// when nothing is armed.
+func (c *boundCtx) rearmLocked(now time.Time) {
+	var next time.Duration = -1
+	if c.idleArmed {
+		next = c.b.tick
+	}
+	if c.dlArmed {
+		if d := c.dl.Sub(now); next < 0 || d < next {
+			next = max(d, 0)
+		}
+	}
+	switch {
+	case next >= 0 && c.timer == nil:
+		c.timer = time.AfterFunc(next, c.tick)
+	case next >= 0:
+		c.timer.Reset(next)
+	case c.timer != nil:
+		c.timer.Stop()
+	}
+}
+
+// tick runs on the timer's goroutine: it cuts the context when its
+// deadline has passed or its body has been blocked in Read for the idle
+// limit, and otherwise sets the next tick.
+func (c *boundCtx) tick() {
+	now := time.Now()
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	var cut error
+	switch {
+	case c.dlArmed && !now.Before(c.dl):
+		cut = c.b.dlErr
+	case c.idleArmed:
+		a := c.activity.Load()
+		if a != c.seen || a%2 == 0 { // progress, or the caller is not waiting on the body
+			c.seen, c.quiet = a, now
+		} else if now.Sub(c.quiet) >= c.b.idle {
+			cut = c.b.idleErr
+		}
+	}
+	if cut == nil {
+		c.rearmLocked(now)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.end(context.DeadlineExceeded, cut, false)
+}

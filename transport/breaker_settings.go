@@ -1,0 +1,177 @@
+package transport
+
+import (
+	"math"
+	"net/http"
+	"time"
+)
+
+// DefaultBreakerCooldown is how long an open breaker refuses requests,
+// on average, before it lets a probe through, when
+// BreakerSettings.Cooldown is zero: each open period lasts between half
+// of it and all of it, at random.
+const DefaultBreakerCooldown = 200 * time.Millisecond
+
+// The other defaults of [BreakerSettings], documented on its fields.
+const (
+	defaultBreakerFailures    = 5
+	defaultBreakerMinRequests = 20
+	defaultBreakerRatio       = 0.8
+	defaultBreakerWindow      = 10 * time.Second
+)
+
+// minStreakSpan is how long a busy host's run of failures must last to
+// open its breaker. Connections dialed together and hung by the same
+// fault time out together: a burst of failures that end within a few
+// milliseconds is one event, not evidence that the host is down.
+const minStreakSpan = 50 * time.Millisecond
+
+// BreakerSettings configures [Breaker] and [NewBreakers]. The zero value
+// is ready to use; each field says its default.
+//
+// A breaker opens on evidence that its host is down, not on a few
+// failures that retries absorb. A quiet host (fewer than MinRequests
+// requests ended within Window) opens after ConsecutiveFailures failures
+// in a row, each sent after the one before it failed (requests in flight
+// together that fail together, such as connections hung by one fault,
+// are one failure of the run). A busy host opens when FailureRatio of the requests that
+// ended within Window failed, or when its last MinRequests requests all
+// failed over at least 50 ms (the host went down just now, and Window
+// still holds its successes from before; a burst of timeouts that end
+// together, from connections dialed together, is one event and does not
+// count as a run). So a busy client whose host fails 1% or even half of
+// its requests keeps its breaker closed, while one whose host fails
+// everything opens it within a few tens of requests.
+//
+// An open breaker refuses every request of its host, at once and
+// without sending it, with a [*CircuitOpenError] that matches
+// [ErrCircuitOpen]. After its open period (Cooldown, jittered) it lets
+// probes through, one at a time by default: a probe that succeeds closes
+// the breaker, one that fails opens it again for another jittered
+// Cooldown. The wait does not grow: a host that stays down gets one
+// probe every Cooldown or so, and callers are back within about a
+// Cooldown of its return.
+//
+// What counts against a host is [policy.JudgeHost]'s decision: an error
+// or a 5xx response does; a 4xx response, 429 included, does not (the
+// host is answering; [RateLimitAware] handles rate limits); and a request
+// that the caller canceled, whose caller's own deadline passed, or that
+// cannot be sent as written counts neither way. A request that ran out of
+// the time a [Deadline] layer allows (a [*DeadlineError]), as [New]'s
+// Timeout and AttemptTimeout do, counts against its host: it did not
+// answer within what the stack allows.
+type BreakerSettings struct {
+	// ConsecutiveFailures opens the breaker of a quiet host after this
+	// many failures in a row, each sent after the previous one failed.
+	// Zero means 5.
+	ConsecutiveFailures uint32
+
+	// Cooldown is how long an open breaker refuses requests before it
+	// lets a probe through: each open period lasts between Cooldown/2 and
+	// Cooldown, at random, so that the probes of many clients do not
+	// arrive together. Zero or negative means [DefaultBreakerCooldown]
+	// (200ms): a down host gets about seven probes a second from each
+	// client, and callers are back within 200ms of its return.
+	Cooldown time.Duration
+
+	// HalfOpenRequests is how many probes an open breaker lets through at
+	// a time once its open period has passed. When that many succeed in a
+	// row the breaker closes; the first that fails opens it again. A probe
+	// that says nothing about the host (its caller canceled it) frees its
+	// place. Zero means 1.
+	HalfOpenRequests uint32
+
+	// FailureRatio opens the breaker of a busy host when at least this
+	// fraction of the requests that ended within Window failed. Zero
+	// means 0.8: retries absorb a host that fails fewer requests than
+	// that, and the breaker would refuse requests that would succeed. A
+	// negative value, or one above 1, turns the ratio rule off.
+	FailureRatio float64
+
+	// MinRequests is how many requests must have ended within Window for
+	// a host to count as busy, and how many failures in a row open a busy
+	// host's breaker. Zero means 20.
+	MinRequests uint32
+
+	// Window is how far back requests count, kept in ten buckets of
+	// Window/10 each. Zero or negative means 10s.
+	Window time.Duration
+
+	// IsFailure, when set, decides which outcomes that count
+	// ([policy.JudgeHost] does not ignore them) are failures; resp is nil
+	// when err is not. It is called once per request sent, when RoundTrip
+	// returns (what happens while the body is read is not counted). A
+	// response it calls a failure is still returned to the caller, body
+	// intact. Nil means policy.JudgeHost's rule: an error or a 5xx.
+	IsFailure func(resp *http.Response, err error) bool
+
+	// Key gives the breaker a request belongs to. A request for which it
+	// returns "" bypasses the breakers. Nil means one breaker per host:
+	// scheme, host and port, the scheme's default port left out.
+	Key func(*http.Request) string
+
+	// OnStateChange, when set, is called on every change of a breaker's
+	// state, with the breaker's key, in the order of the changes. It is
+	// called after the breaker's locks are released, on the goroutine of
+	// the request that caused the change: it may log, export metrics, or
+	// even send a request through the same stack. Nil means no hook.
+	OnStateChange func(key string, from, to BreakerState)
+
+	// Store shares the breakers' states with the other processes of a
+	// fleet (see [BreakerStore]; the fleet module implements it on
+	// Redis): a host one process finds down is refused by all of them, and
+	// while it is half-open one request in the whole fleet probes it. Nil
+	// means each process knows only what it sees itself.
+	Store BreakerStore
+}
+
+// breakerConfig is BreakerSettings with its defaults applied.
+type breakerConfig struct {
+	consecutive uint32
+	minRequests uint64
+	ratio       float64 // 0: no ratio rule
+	window      time.Duration
+	cooldown    time.Duration
+	halfOpen    uint32
+	isFailure   func(*http.Response, error) bool
+	key         func(*http.Request) string
+	onChange    func(string, BreakerState, BreakerState)
+	store       BreakerStore
+}
+
+func (s BreakerSettings) config() breakerConfig {
+	c := breakerConfig{
+		consecutive: s.ConsecutiveFailures,
+		minRequests: uint64(s.MinRequests),
+		ratio:       s.FailureRatio,
+		window:      s.Window,
+		cooldown:    s.Cooldown,
+		halfOpen:    s.HalfOpenRequests,
+		isFailure:   s.IsFailure,
+		key:         s.Key,
+		onChange:    s.OnStateChange,
+		store:       s.Store,
+	}
+	if c.consecutive == 0 {
+		c.consecutive = defaultBreakerFailures
+	}
+	if c.minRequests == 0 {
+		c.minRequests = defaultBreakerMinRequests
+	}
+	switch {
+	case c.ratio == 0:
+		c.ratio = defaultBreakerRatio
+	case !(c.ratio > 0 && c.ratio <= 1): // negative, above 1, NaN
+		c.ratio = math.Inf(1) // never reached
+	}
+	if c.window <= 0 {
+		c.window = defaultBreakerWindow
+	}
+	if c.cooldown <= 0 {
+		c.cooldown = DefaultBreakerCooldown
+	}
+	if c.halfOpen == 0 {
+		c.halfOpen = 1
+	}
+	return c
+}

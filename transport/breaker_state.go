@@ -1,0 +1,262 @@
+package transport
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/sturdyhttp/sturdy/internal/window"
+	"github.com/sturdyhttp/sturdy/policy"
+)
+
+// BreakerState is the state of one circuit breaker.
+type BreakerState int
+
+// The states of a circuit breaker.
+const (
+	// BreakerClosed: requests are sent and their outcomes counted.
+	BreakerClosed BreakerState = iota
+	// BreakerHalfOpen: a few probes are sent to learn whether the host
+	// has recovered; other requests are refused.
+	BreakerHalfOpen
+	// BreakerOpen: every request is refused until the open period ends.
+	BreakerOpen
+)
+
+// String returns "closed", "half-open" or "open".
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerHalfOpen:
+		return "half-open"
+	case BreakerOpen:
+		return "open"
+	}
+	return "BreakerState(" + strconv.Itoa(int(s)) + ")"
+}
+
+func stateOf(s gobreaker.State) BreakerState {
+	switch s {
+	case gobreaker.StateHalfOpen:
+		return BreakerHalfOpen
+	case gobreaker.StateOpen:
+		return BreakerOpen
+	}
+	return BreakerClosed
+}
+
+// circuit is the breaker of one host.
+//
+// While it is closed, outcomes are counted without a lock: a window of
+// successes and failures and a run of failures, in atomics. When they
+// show the host is down, the circuit opens; from then on gobreaker's
+// state machine (github.com/sony/gobreaker/v2) runs the open and
+// half-open states: which requests are probes, and whether they close
+// the circuit or open it again. gobreaker's own closed-state counting
+// (its rolling window, BucketPeriod) takes its mutex and reads the clock
+// twice for every request, which the success path of a closed breaker
+// must not pay; so gobreaker is told only of the trip.
+//
+// gobreaker calls OnStateChange with its lock held: the circuit records
+// the change there and delivers it to the hook after the lock is
+// released (see deliver).
+type circuit struct {
+	c     *breakerConfig
+	epoch time.Time
+	name  string
+
+	state     atomic.Int32  // BreakerState, as of the last change
+	gen       atomic.Uint64 // counts changes: outcomes from before the last one are dropped
+	openUntil atomic.Int64  // since epoch: when an open circuit lets probes through
+
+	win        window.Counter // A: successes, B: failures; while closed
+	streak     atomic.Uint64  // failures in a row, while closed
+	streakFrom atomic.Int64   // since epoch: when the run's first failure ended
+	failSeq    atomic.Uint64  // failures counted while closed, ever
+	quietRun   atomic.Uint64  // failures in a row, each sent after the last one ended
+
+	cb *gobreaker.CircuitBreaker[struct{}]
+
+	evMu       sync.Mutex
+	events     []stateChange // recorded, not yet delivered
+	delivering bool          // a goroutine is delivering events
+}
+
+type stateChange struct{ from, to BreakerState }
+
+// errBreakerTrip is what the circuit reports to gobreaker to open it;
+// gobreaker's ReadyToTrip agrees to every failure reported.
+var (
+	errBreakerTrip     = errors.New("transport: breaker trip")
+	errBreakerFailure  = errors.New("transport: breaker failure")
+	errBreakerExcluded = errors.New("transport: breaker excluded")
+)
+
+func newCircuit(c *breakerConfig, epoch time.Time, name string) *circuit {
+	e := &circuit{c: c, epoch: epoch, name: name}
+	e.win.Init(int64(c.window / window.Buckets))
+	e.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        name,
+		MaxRequests: c.halfOpen,
+		// gobreaker turns half-open after Timeout; the circuit's own
+		// gate (openUntil, jittered) keeps requests away until then, and
+		// is never shorter.
+		Timeout:       max(c.cooldown/2, 1),
+		ReadyToTrip:   func(gobreaker.Counts) bool { return true },
+		OnStateChange: func(_ string, from, to gobreaker.State) { e.changed(stateOf(from), stateOf(to)) },
+		IsExcluded:    func(err error) bool { return err == errBreakerExcluded },
+	})
+	return e
+}
+
+// since returns the time since the breakers' epoch: one read of the
+// monotonic clock.
+func (e *circuit) since() time.Duration { return time.Since(e.epoch) }
+
+// open reports whether the circuit refuses requests at now without
+// asking gobreaker: it is open and its open period has not passed.
+func (e *circuit) open(now time.Duration) bool {
+	return BreakerState(e.state.Load()) == BreakerOpen && int64(now) < e.openUntil.Load()
+}
+
+// record counts the outcome of a request sent while the circuit was
+// closed, in generation gen; seq is failSeq as it was when the request
+// was sent. A failure that overlapped another (failSeq moved while it was
+// in flight) is part of one event, such as connections dialed together
+// and hung by one fault timing out together: it does not lengthen the
+// quiet host's run.
+func (e *circuit) record(gen uint64, v policy.HostVerdict, seq uint64) {
+	switch v {
+	case policy.HostHealthy:
+		now := e.since()
+		if e.gen.Load() != gen {
+			return
+		}
+		e.win.Add(int64(now), 1, 0)
+		if e.streak.Load() != 0 { // read first: busy hosts share the line
+			e.streak.Store(0)
+		}
+		if e.quietRun.Load() != 0 {
+			e.quietRun.Store(0)
+		}
+	case policy.HostFailing:
+		now := e.since()
+		if e.gen.Load() != gen {
+			return
+		}
+		e.win.Add(int64(now), 0, 1)
+		if e.streak.Add(1) == 1 {
+			e.streakFrom.Store(int64(now))
+		}
+		if e.failSeq.Add(1)-1 == seq {
+			e.quietRun.Add(1)
+		}
+		if e.tripped(now) {
+			e.trip(gen)
+		}
+	}
+}
+
+// tripped reports whether the counts show the host is down (see
+// [BreakerSettings]).
+func (e *circuit) tripped(now time.Duration) bool {
+	ok, failed := e.win.Sum(int64(now))
+	if ok+failed < e.c.minRequests { // a quiet host
+		return e.quietRun.Load() >= uint64(e.c.consecutive)
+	}
+	run := e.streak.Load()
+	return float64(failed) >= e.c.ratio*float64(ok+failed) ||
+		run >= e.c.minRequests && now-time.Duration(e.streakFrom.Load()) >= minStreakSpan
+}
+
+// trip opens the circuit, unless it changed state since generation gen.
+func (e *circuit) trip(gen uint64) {
+	if e.gen.Load() != gen {
+		return
+	}
+	e.cb.Execute(func() (struct{}, error) { return struct{}{}, errBreakerTrip })
+	e.deliver()
+}
+
+// changed runs under gobreaker's lock on every change of state: it
+// updates what the lock-free paths read and records the change for the
+// hook.
+func (e *circuit) changed(from, to BreakerState) {
+	switch to {
+	case BreakerOpen:
+		now := e.since()
+		// Between Cooldown/2 and Cooldown, so that many clients' probes
+		// spread out.
+		d := e.c.cooldown/2 + rand.N(e.c.cooldown-e.c.cooldown/2+1)
+		until := now + d
+		if until < now { // a huge Cooldown: saturate rather than wrap
+			until = math.MaxInt64
+		}
+		e.openUntil.Store(int64(until))
+	case BreakerClosed:
+		e.win.Reset()
+		e.streak.Store(0)
+		e.quietRun.Store(0)
+	}
+	e.gen.Add(1)
+	e.state.Store(int32(to))
+	if e.c.onChange == nil && e.c.store == nil {
+		return
+	}
+	e.evMu.Lock()
+	e.events = append(e.events, stateChange{from, to})
+	e.evMu.Unlock()
+}
+
+// deliver calls the hook for the changes recorded so far, in order, with
+// no lock held. One goroutine delivers at a time: one that finds another
+// at it leaves its changes to it, so changes are never delivered out of
+// order, and a hook that causes a change (by sending a request through
+// the same stack) does not wait for itself.
+func (e *circuit) deliver() {
+	if e.c.onChange == nil && e.c.store == nil {
+		return
+	}
+	e.evMu.Lock()
+	if e.delivering || len(e.events) == 0 {
+		e.evMu.Unlock()
+		return
+	}
+	e.delivering = true
+	for len(e.events) > 0 {
+		batch := e.events
+		e.events = nil
+		e.evMu.Unlock()
+		for _, ch := range batch {
+			if e.c.store != nil {
+				e.publish(ch.to)
+			}
+			if e.c.onChange != nil {
+				e.c.onChange(e.name, ch.from, ch.to)
+			}
+		}
+		e.evMu.Lock()
+	}
+	e.delivering = false
+	e.evMu.Unlock()
+}
+
+// refusal is the error of a request refused by e at now.
+func (e *circuit) refusal(now time.Duration, halfOpen bool) *CircuitOpenError {
+	if halfOpen {
+		return &CircuitOpenError{Key: e.name, State: BreakerHalfOpen}
+	}
+	return &CircuitOpenError{Key: e.name, State: BreakerOpen, RetryIn: max(0, time.Duration(e.openUntil.Load())-now)}
+}
+
+// liveAt reports whether e must be kept however long its host goes
+// unused: it is open and its open period has not passed. Forgetting it
+// would send requests to a host known to be down.
+func (e *circuit) liveAt(now time.Time) bool { return e.open(now.Sub(e.epoch)) }

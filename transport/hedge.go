@@ -1,0 +1,323 @@
+package transport
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/policy"
+)
+
+// Hedge returns a middleware that sends hedged requests as policy h says:
+// when the first copy of a request that is safe to send twice (the rule
+// [Retry] uses: [policy.SafeToResend]) has no response headers after a
+// delay, another copy is sent, up to h.MaxHedges (1 by default) more. The
+// delay is h.Delay, or, when it is zero, the 95th percentile of the
+// host's recent latencies (see [policy.Latencies]).
+//
+//   - The first acceptable response wins: a response that h.Classify (the
+//     retry classifier) would retry, or an error, does not win while
+//     another copy is still running. When every copy has failed, the
+//     first failed response is returned (or the first error when none
+//     got a response), and no further hedge is sent after a failure:
+//     trying again is [Retry]'s job, with its backoff.
+//   - Every other copy is canceled at once; a response it had is drained
+//     (bounded) and closed, in the background when it arrives late.
+//   - The winner is handed back as it came: its context is not canceled
+//     by the hedge (it is released when its body is read to the end or
+//     closed), so its body stays readable after RoundTrip returns.
+//   - Each copy's body is the caller's, byte for byte: through GetBody when
+//     the request has it, else from a copy kept in memory (up to
+//     h.MaxBufferedBody); a request with a longer body is not hedged.
+//   - Each hedge draws on h.Budget, when set, as a retry does; when it is
+//     spent, no hedge is sent. The caller's context is the parent of every
+//     copy: canceling it cancels them all at once.
+//
+// Place it inside Retry and outside [RateLimitAware] and [Breaker]: each
+// copy is a request the server counts and the breaker judges.
+func Hedge(h policy.Hedge) Middleware {
+	mw, _ := hedgeMiddleware(h, budgetOf(h.Budget), true)
+	return mw
+}
+
+// hedgeMiddleware is Hedge drawing on budget; countOps says whether it
+// counts operations in it itself, which [New] leaves to the Retry above
+// it. New tunes the config it returns once the layers beneath exist.
+func hedgeMiddleware(h policy.Hedge, budget retryBudget, countOps bool) (Middleware, *hedgeConfig) {
+	c := &hedgeConfig{
+		fixed:      h.Delay,
+		floor:      h.DelayFloor(),
+		hedges:     h.Hedges(),
+		budget:     budget,
+		countOps:   countOps,
+		classify:   h.Classifier(),
+		defaultCls: h.Classify == nil,
+		bufLimit:   h.BufferLimit(),
+		probLimit:  h.ProblemLimit(),
+		keyHeader:  h.KeyHeader(),
+		onHedge:    h.OnHedge,
+		onWon:      h.OnHedgeWon,
+		onCancel:   h.OnCopyCanceled,
+	}
+	return func(next http.RoundTripper) http.RoundTripper {
+		t := &hedger{next: orDefault(next), c: c}
+		if h.Adaptive() {
+			t.lat = &policy.Latencies{Quantile: h.Quantile}
+		}
+		return t
+	}, c
+}
+
+type hedgeConfig struct {
+	fixed, floor time.Duration
+	hedges       int
+	budget       retryBudget
+	countOps     bool
+	refuses      func(*http.Request, time.Time) error // set by New: asks its breakers
+	classify     policy.Classifier
+	defaultCls   bool
+	bufLimit     int64
+	probLimit    int64
+	keyHeader    string
+	onHedge      func(policy.HedgeEvent)
+	onWon        func(policy.HedgeEvent)
+	onCancel     func(policy.HedgeEvent)
+}
+
+type hedger struct {
+	next http.RoundTripper
+	c    *hedgeConfig
+	lat  *policy.Latencies // nil with a fixed delay
+}
+
+func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
+
+// hedgeCopy is one copy of a hedged request.
+type hedgeCopy struct {
+	cancel context.CancelFunc
+	done   bool
+}
+
+// hedgeResult is what one copy ended with.
+type hedgeResult struct {
+	i    int
+	resp *http.Response
+	err  error
+}
+
+func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
+	c := t.c
+	if req.URL == nil || c.hedges == 0 {
+		return t.next.RoundTrip(req)
+	}
+	start := time.Now()
+	if c.countOps && c.budget != nil {
+		c.budget.request(req.URL, start)
+	}
+	if !policy.SafeToResend(req, c.keyHeader) {
+		return t.next.RoundTrip(req)
+	}
+	var key string // the latency sketch's key, with an adaptive delay
+	delay := c.fixed
+	if t.lat != nil {
+		key = HostKey(req)
+		d, ok := t.lat.Delay(key)
+		if !ok { // nothing known of the host yet: send once, and learn
+			resp, err := t.next.RoundTrip(req)
+			if err == nil {
+				t.lat.Observe(key, time.Since(start))
+			}
+			return resp, err
+		}
+		delay = max(d, c.floor)
+	}
+	body, err := newReplay(req, c.bufLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer body.finish() // the caller's body is closed once no copy reads it
+	if !body.replayable() {
+		if body.first != nil {
+			return t.next.RoundTrip(body.firstRequest(req))
+		}
+		return t.next.RoundTrip(req)
+	}
+	return t.race(req, key, &body, start, delay)
+}
+
+// race sends the first copy, then a hedge every delay while none has
+// answered, and returns the winner.
+func (t *hedger) race(req *http.Request, key string, body *replay, start time.Time, delay time.Duration) (*http.Response, error) {
+	c := t.c
+	ctx := req.Context()
+	copies := make([]hedgeCopy, 0, 1+c.hedges)
+	results := make(chan hedgeResult, 1+c.hedges) // never blocks a copy
+	// send starts a copy of req with its own context, so that it can be
+	// canceled alone, and the given body.
+	send := func(b io.ReadCloser) {
+		cctx, cancel := context.WithCancel(ctx)
+		r := req.WithContext(cctx)
+		if !body.none {
+			r.Body, r.GetBody = b, body.get
+		}
+		i := len(copies)
+		copies = append(copies, hedgeCopy{cancel: cancel})
+		go t.send(r, i, results)
+	}
+	if body.first != nil {
+		send(body.first)
+	} else {
+		send(req.Body)
+	}
+
+	// A new timer per race, not a pooled one: a timer belongs to the
+	// synctest bubble that made it, and callers test in bubbles.
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	var (
+		running = 1
+		held    *hedgeResult // the first failure, returned if nothing wins
+		failed  bool         // a copy failed: send no more hedges
+		win     *hedgeResult
+	)
+	for win == nil {
+		select {
+		case <-timer.C:
+			if failed || len(copies) > c.hedges || ctx.Err() != nil {
+				continue
+			}
+			now := time.Now()
+			// No hedge, now or later, when the copy would be refused
+			// unsent (an open breaker) or the budget is spent.
+			if refusedBeneath(c.refuses, req, now) != nil {
+				continue
+			}
+			if c.budget != nil && !c.budget.retry(req.URL, now) {
+				continue
+			}
+			var b io.ReadCloser
+			if !body.none {
+				var gerr error
+				if b, gerr = body.get(); gerr != nil {
+					continue
+				}
+			}
+			send(b)
+			running++
+			if c.onHedge != nil {
+				c.onHedge(policy.HedgeEvent{Request: req, Copy: len(copies), Elapsed: now.Sub(start)})
+			}
+			if len(copies) <= c.hedges {
+				timer.Reset(delay)
+			}
+		case r := <-results:
+			running--
+			copies[r.i].done = true
+			if t.lat != nil && r.i == 0 && r.err == nil {
+				t.lat.Observe(key, time.Since(start))
+			}
+			switch {
+			case t.acceptable(req, &r):
+				if held != nil {
+					t.discard(copies, *held)
+				}
+				win = &r
+			case running > 0: // a failure does not win while a copy runs
+				failed = true
+				held = t.hold(copies, held, r)
+			default: // every copy failed: hand back the best failure
+				win = t.hold(copies, held, r)
+			}
+		}
+	}
+
+	now := time.Now()
+	for i := range copies {
+		if i == win.i || copies[i].done {
+			continue
+		}
+		copies[i].cancel()
+		if i == 0 && t.lat != nil {
+			// The first copy's latency is at least this long: record it
+			// as such, so that the quantile still sees slow requests.
+			t.lat.Observe(key, now.Sub(start))
+		}
+		if c.onCancel != nil {
+			c.onCancel(policy.HedgeEvent{Request: req, Copy: i + 1, Elapsed: now.Sub(start)})
+		}
+	}
+	if running > 0 {
+		go reapHedges(results, running, copies)
+	}
+	if win.i > 0 && c.onWon != nil && win.err == nil {
+		c.onWon(policy.HedgeEvent{Request: req, Copy: win.i + 1, Elapsed: now.Sub(start), Status: win.resp.StatusCode})
+	}
+	return releaseWithBody(win.resp, win.err, copies[win.i].cancel)
+}
+
+// send sends copy i, r, and delivers its outcome to results.
+func (t *hedger) send(r *http.Request, i int, results chan<- hedgeResult) {
+	resp, err := t.next.RoundTrip(r)
+	if resp == nil && err == nil {
+		err = errNilResponse
+	}
+	results <- hedgeResult{i: i, resp: resp, err: err}
+}
+
+// acceptable reports whether r may win while another copy still runs: a
+// response that the classifier would not retry.
+func (t *hedger) acceptable(req *http.Request, r *hedgeResult) bool {
+	if r.err != nil {
+		return false
+	}
+	if r.resp.StatusCode < 400 && t.c.defaultCls {
+		return true
+	}
+	var problem *policy.Problem
+	if r.resp.StatusCode >= 400 {
+		problem = readProblem(r.resp, t.c.probLimit)
+	}
+	return !t.c.classify(policy.Outcome{
+		Request:  req,
+		Response: r.resp,
+		Problem:  problem,
+		Attempt:  1,
+		Keyed:    req.Header.Get(t.c.keyHeader) != "",
+		Now:      time.Now(),
+	}).Retry
+}
+
+// hold keeps the better of two failures, held (nil at first) and r: a
+// response over an error, else the first. The other is discarded.
+func (t *hedger) hold(copies []hedgeCopy, held *hedgeResult, r hedgeResult) *hedgeResult {
+	switch {
+	case held == nil:
+		return &r
+	case held.err != nil && r.err == nil:
+		t.discard(copies, *held)
+		return &r
+	}
+	t.discard(copies, r)
+	return held
+}
+
+// discard drains and closes a copy's response, then releases its context.
+func (t *hedger) discard(copies []hedgeCopy, r hedgeResult) {
+	if r.resp != nil {
+		drain(r.resp.Body)
+	}
+	copies[r.i].cancel()
+}
+
+// reapHedges waits for the n copies still running, already canceled, and
+// closes whatever response they bring.
+func reapHedges(results <-chan hedgeResult, n int, copies []hedgeCopy) {
+	for range n {
+		r := <-results
+		if r.resp != nil && r.resp.Body != nil {
+			r.resp.Body.Close()
+		}
+		copies[r.i].cancel()
+	}
+}

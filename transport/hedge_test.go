@@ -1,0 +1,561 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/policy"
+)
+
+// hedgeCounts counts the hedge hooks' calls.
+type hedgeCounts struct {
+	mu                   sync.Mutex
+	sent, won, cancelled []policy.HedgeEvent
+}
+
+func (h *hedgeCounts) policy(p policy.Hedge) policy.Hedge {
+	add := func(s *[]policy.HedgeEvent) func(policy.HedgeEvent) {
+		return func(e policy.HedgeEvent) { h.mu.Lock(); *s = append(*s, e); h.mu.Unlock() }
+	}
+	p.OnHedge, p.OnHedgeWon, p.OnCopyCanceled = add(&h.sent), add(&h.won), add(&h.cancelled)
+	return p
+}
+
+func (h *hedgeCounts) want(t *testing.T, sent, won, cancelled int) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.sent) != sent || len(h.won) != won || len(h.cancelled) != cancelled {
+		t.Errorf("hooks: %d sent, %d won, %d cancelled; want %d, %d, %d",
+			len(h.sent), len(h.won), len(h.cancelled), sent, won, cancelled)
+	}
+}
+
+func TestHedgeSlowFirstFastHedge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := httptestutil.NewRecorder(httptestutil.Script(
+			httptestutil.Delay(10*time.Second, httptestutil.Status(200, "slow")),
+			httptestutil.Status(200, "fast"),
+		))
+		env := newFakeEnv(t, rec)
+		var hooks hedgeCounts
+		c := &http.Client{Transport: Chain(env.base, Hedge(hooks.policy(policy.Hedge{Delay: 50 * time.Millisecond})))}
+		start := time.Now()
+		resp, err := c.Get(env.url + "/item")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := time.Since(start), 50*time.Millisecond; got != want {
+			t.Errorf("answered after %v, want %v", got, want)
+		}
+		if got, want := readAll(t, resp), "fast"; got != want {
+			t.Errorf("body = %q, want %q", got, want)
+		}
+		synctest.Wait()
+		reqs := rec.Requests()
+		if got, want := len(reqs), 2; got != want {
+			t.Fatalf("server got %d requests, want %d", got, want)
+		}
+		if got, want := reqs[0].Disconnected.Sub(start), 50*time.Millisecond; got != want {
+			t.Errorf("slow copy disconnected after %v, want %v (at once)", got, want)
+		}
+		if got, want := reqs[1].Arrived.Sub(start), 50*time.Millisecond; got != want {
+			t.Errorf("hedge arrived after %v, want %v", got, want)
+		}
+		hooks.want(t, 1, 1, 1)
+	})
+}
+
+// lateBody records whether it was closed.
+type lateBody struct {
+	io.Reader
+	closed atomic.Bool
+}
+
+func (b *lateBody) Close() error { b.closed.Store(true); return nil }
+
+// TestHedgeLateLoserClosed: a copy that answers after it lost (a
+// RoundTripper that ignores cancellation for a while) has its body closed,
+// and no goroutine is left behind (synctest.Test fails otherwise).
+func TestHedgeLateLoserClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu     sync.Mutex
+			bodies []*lateBody
+			ctxs   []context.Context
+		)
+		base := Func(func(r *http.Request) (*http.Response, error) {
+			b := &lateBody{Reader: strings.NewReader("copy")}
+			mu.Lock()
+			i := len(bodies)
+			ctxs, bodies = append(ctxs, r.Context()), append(bodies, b)
+			mu.Unlock()
+			if i == 0 {
+				time.Sleep(time.Second) // deaf to cancellation
+			}
+			return &http.Response{StatusCode: 200, Body: b, Request: r}, nil
+		})
+		rt := Chain(base, Hedge(policy.Hedge{Delay: 10 * time.Millisecond}))
+		req, _ := http.NewRequest("GET", "http://api.test/x", nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if ctxs[1].Err() != nil {
+			t.Errorf("winner's context ended before its body was read: %v", ctxs[1].Err())
+		}
+		if ctxs[0].Err() == nil {
+			t.Errorf("losing copy's context not canceled")
+		}
+		if got, want := readAll(t, resp), "copy"; got != want {
+			t.Errorf("body = %q, want %q", got, want)
+		}
+		if ctxs[1].Err() == nil {
+			t.Errorf("winner's context not released after its body was closed")
+		}
+		synctest.Wait() // the late copy answers at 1s
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if !bodies[0].closed.Load() {
+			t.Errorf("late losing copy's body not closed")
+		}
+	})
+}
+
+func TestHedgeWinnerBodyReadableAfterRoundTrip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var first atomic.Bool
+		first.Store(true)
+		env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if first.Swap(false) {
+				<-r.Context().Done()
+				return
+			}
+			w.WriteHeader(200)
+			io.WriteString(w, "part one,")
+			w.(http.Flusher).Flush()
+			select {
+			case <-time.After(5 * time.Second):
+				io.WriteString(w, " part two")
+			case <-r.Context().Done():
+			}
+		}))
+		c := &http.Client{Transport: Chain(env.base, Hedge(policy.Hedge{Delay: 100 * time.Millisecond}))}
+		resp, err := c.Get(env.url + "/stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // the caller does other things first
+		if got, want := readAll(t, resp), "part one, part two"; got != want {
+			t.Errorf("body = %q, want %q", got, want)
+		}
+	})
+}
+
+func TestHedgeOnlySafeRequests(t *testing.T) {
+	tests := []struct {
+		name     string
+		method   string
+		key      string
+		wantReqs int
+	}{
+		{"GET is hedged", "GET", "", 2},
+		{"PUT is hedged", "PUT", "", 2},
+		{"POST without a key is never hedged", "POST", "", 1},
+		{"PATCH without a key is never hedged", "PATCH", "", 1},
+		{"POST with a key is hedged", "POST", "k-1", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := httptestutil.NewRecorder(httptestutil.Script(
+					httptestutil.Delay(time.Second, httptestutil.Status(200, "ok")).Forever(),
+				))
+				env := newFakeEnv(t, rec)
+				c := &http.Client{Transport: Chain(env.base, Hedge(policy.Hedge{Delay: 100 * time.Millisecond}))}
+				req, _ := http.NewRequest(tt.method, env.url+"/x", strings.NewReader("payload"))
+				if tt.key != "" {
+					req.Header.Set("Idempotency-Key", tt.key)
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				synctest.Wait()
+				if got := rec.Count(); got != tt.wantReqs {
+					t.Errorf("server got %d requests, want %d", got, tt.wantReqs)
+				}
+				if tt.key != "" {
+					if got := rec.WantSameHeader(t, "Idempotency-Key"); got != tt.key {
+						t.Errorf("every copy's Idempotency-Key = %q, want %q", got, tt.key)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestHedgeFailureDoesNotWin: a response the retry classifier would retry
+// does not beat a copy still running; when every copy fails, the first
+// failed response comes back.
+func TestHedgeFailureDoesNotWin(t *testing.T) {
+	tests := []struct {
+		name       string
+		script     []httptestutil.Step
+		wantStatus int
+		wantBody   string
+		wantAfter  time.Duration
+	}{
+		{"503 from the hedge does not beat a later 200", []httptestutil.Step{
+			httptestutil.Delay(2*time.Second, httptestutil.Status(200, "first")),
+			httptestutil.Status(503, "busy"),
+		}, 200, "first", 2 * time.Second},
+		{"404 from the hedge wins (not retriable)", []httptestutil.Step{
+			httptestutil.Delay(2*time.Second, httptestutil.Status(200, "first")),
+			httptestutil.Status(404, "gone"),
+		}, 404, "gone", 100 * time.Millisecond},
+		{"both fail: the first failure to arrive is returned", []httptestutil.Step{
+			httptestutil.Delay(2*time.Second, httptestutil.Status(502, "first")),
+			httptestutil.Status(503, "second"),
+		}, 503, "second", 2 * time.Second},
+		{"a quick 503 from the first copy is returned, unhedged", []httptestutil.Step{
+			httptestutil.Delay(10*time.Millisecond, httptestutil.Status(503, "first")),
+		}, 503, "first", 10 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := httptestutil.NewRecorder(httptestutil.Script(tt.script...))
+				env := newFakeEnv(t, rec)
+				c := &http.Client{Transport: Chain(env.base, Hedge(policy.Hedge{Delay: 100 * time.Millisecond}))}
+				start := time.Now()
+				resp, err := c.Get(env.url + "/x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := time.Since(start); got != tt.wantAfter {
+					t.Errorf("answered after %v, want %v", got, tt.wantAfter)
+				}
+				if got := resp.StatusCode; got != tt.wantStatus {
+					t.Errorf("status = %d, want %d", got, tt.wantStatus)
+				}
+				if got := readAll(t, resp); got != tt.wantBody {
+					t.Errorf("body = %q, want %q", got, tt.wantBody)
+				}
+				synctest.Wait()
+				if got, want := rec.Count(), len(tt.script); got != want {
+					t.Errorf("server got %d requests, want %d", got, want)
+				}
+			})
+		})
+	}
+}
+
+func TestHedgeBudgetSpent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := httptestutil.NewRecorder(httptestutil.Script(
+			httptestutil.Delay(time.Second, httptestutil.Status(200, "ok")).Forever(),
+		))
+		env := newFakeEnv(t, rec)
+		// One extra request allowed per window, and (almost) none earned.
+		budget := &policy.Budget{MinRetries: 1, Ratio: 1e-9}
+		var hooks hedgeCounts
+		c := &http.Client{Transport: Chain(env.base, Hedge(hooks.policy(policy.Hedge{Delay: 100 * time.Millisecond, Budget: budget})))}
+		for range 3 {
+			resp, err := c.Get(env.url + "/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+		}
+		synctest.Wait()
+		if got, want := rec.Count(), 3+1; got != want {
+			t.Errorf("server got %d requests, want %d (one hedge, then the budget is spent)", got, want)
+		}
+		hooks.want(t, 1, 0, 1)
+	})
+}
+
+func TestHedgeCallerCancelCancelsEveryCopy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := httptestutil.NewRecorder(httptestutil.Script(httptestutil.Hang().Forever()))
+		env := newFakeEnv(t, rec)
+		c := &http.Client{Transport: Chain(env.base, Hedge(policy.Hedge{Delay: 100 * time.Millisecond, MaxHedges: 2}))}
+		ctx, cancel := context.WithCancel(t.Context())
+		start := time.Now()
+		time.AfterFunc(time.Second, cancel)
+		req, _ := http.NewRequestWithContext(ctx, "GET", env.url+"/x", nil)
+		_, err := c.Do(req)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want context.Canceled", err)
+		}
+		if got, want := time.Since(start), time.Second; got != want {
+			t.Errorf("returned after %v, want %v", got, want)
+		}
+		synctest.Wait()
+		reqs := rec.Requests()
+		if got, want := len(reqs), 3; got != want {
+			t.Fatalf("server got %d requests, want %d", got, want)
+		}
+		for i, r := range reqs {
+			if got, want := r.Disconnected.Sub(start), time.Second; got != want {
+				t.Errorf("copy %d disconnected after %v, want %v", i+1, got, want)
+			}
+		}
+	})
+}
+
+func TestHedgeBodiesReplayed(t *testing.T) {
+	const payload = `{"amount":1200,"currency":"eur"}`
+	tests := []struct {
+		name string
+		body func() io.Reader
+	}{
+		{"strings.Reader (GetBody)", func() io.Reader { return strings.NewReader(payload) }},
+		{"plain io.Reader (buffered)", func() io.Reader { return onlyReader{strings.NewReader(payload)} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := httptestutil.NewRecorder(httptestutil.Script(
+					httptestutil.Delay(time.Second, httptestutil.Status(200, "one")),
+					httptestutil.Delay(time.Second, httptestutil.Status(200, "two")),
+					httptestutil.Status(200, "three"),
+				))
+				env := newFakeEnv(t, rec)
+				c := &http.Client{Transport: Chain(env.base, Hedge(policy.Hedge{Delay: 100 * time.Millisecond, MaxHedges: 2}))}
+				req, _ := http.NewRequest("PUT", env.url+"/x", tt.body())
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := readAll(t, resp), "three"; got != want {
+					t.Errorf("body = %q, want %q", got, want)
+				}
+				synctest.Wait()
+				reqs := rec.Requests()
+				if got, want := len(reqs), 3; got != want {
+					t.Fatalf("server got %d requests, want %d", got, want)
+				}
+				for i, r := range reqs {
+					if got := string(r.Body); got != payload {
+						t.Errorf("copy %d body = %q, want %q", i+1, got, payload)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestHedgeBodyOverLimitNotHedged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := httptestutil.NewRecorder(httptestutil.Script(
+			httptestutil.Delay(time.Second, httptestutil.Status(200, "ok")),
+		))
+		env := newFakeEnv(t, rec)
+		c := &http.Client{Transport: Chain(env.base, Hedge(policy.Hedge{Delay: 100 * time.Millisecond, MaxBufferedBody: 4}))}
+		req, _ := http.NewRequest("PUT", env.url+"/x", onlyReader{strings.NewReader("longer than four")})
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		reqs := rec.Requests()
+		if got, want := len(reqs), 1; got != want {
+			t.Fatalf("server got %d requests, want %d", got, want)
+		}
+		if got, want := string(reqs[0].Body), "longer than four"; got != want {
+			t.Errorf("body = %q, want %q", got, want)
+		}
+	})
+}
+
+// TestHedgeAdaptiveDelay: the delay follows the host's 95th percentile
+// once it is known; before that nothing is hedged.
+func TestHedgeAdaptiveDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var slow atomic.Bool
+		rec := httptestutil.NewRecorder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			d := 20 * time.Millisecond
+			if slow.Swap(false) {
+				d = 5 * time.Second
+			}
+			select {
+			case <-time.After(d):
+				io.WriteString(w, "ok")
+			case <-r.Context().Done():
+			}
+		}))
+		env := newFakeEnv(t, rec)
+		var hooks hedgeCounts
+		c := &http.Client{Transport: Chain(env.base, Hedge(hooks.policy(policy.Hedge{})))}
+		get := func() time.Duration {
+			start := time.Now()
+			resp, err := c.Get(env.url + "/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+			return time.Since(start)
+		}
+		// Unknown host: a slow request is not hedged.
+		slow.Store(true)
+		if got, want := get(), 5*time.Second; got != want {
+			t.Errorf("first request took %v, want %v (unhedged)", got, want)
+		}
+		for range policy.DefaultLatencyMinSamples {
+			get()
+		}
+		slow.Store(true)
+		// 20ms falls in the bucket [16.384ms, 20.48ms): its upper edge is
+		// the delay, and the hedge takes its own 20ms.
+		if got, want := get(), 20480*time.Microsecond+20*time.Millisecond; got != want {
+			t.Errorf("slow request took %v, want %v (hedged at the p95)", got, want)
+		}
+		hooks.want(t, 1, 1, 1)
+	})
+}
+
+// TestNewHedgeSharesRetryBudget: under New, hedges and retries draw on
+// one budget per host.
+func TestNewHedgeSharesRetryBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := httptestutil.NewRecorder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/fail" {
+				w.WriteHeader(503)
+				return
+			}
+			select {
+			case <-time.After(time.Second):
+				io.WriteString(w, "ok")
+			case <-r.Context().Done():
+			}
+		}))
+		env := newFakeEnv(t, rec)
+		var hooks hedgeCounts
+		h := hooks.policy(policy.Hedge{Delay: 100 * time.Millisecond})
+		c := newStack(env, Options{
+			Retry:   policy.Retry{MaxAttempts: 2, Budget: &policy.Budget{MinRetries: 2, Ratio: 1e-9}},
+			Hedge:   &h,
+			Disable: LayerBreaker | LayerRateLimit,
+		})
+		for _, path := range []string{"/slow", "/fail", "/slow", "/fail"} {
+			resp, err := c.Get(env.url + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+		}
+		synctest.Wait()
+		// 4 operations, then one hedge and one retry: the budget of 2 is spent.
+		if got, want := rec.Count(), 4+2; got != want {
+			t.Errorf("server got %d requests, want %d", got, want)
+		}
+		hooks.want(t, 1, 0, 1)
+	})
+}
+
+// TestNewHedgeComposes: under the whole stack, the hooks of Options fire,
+// copies canceled because another won never count against the host's
+// breaker, and the Timeout ends every copy at once.
+func TestNewHedgeComposes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		rec := httptestutil.NewRecorder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/hang" || n.Add(1)%2 == 1 { // every first copy hangs
+				<-r.Context().Done()
+				return
+			}
+			io.WriteString(w, "ok")
+		}))
+		env := newFakeEnv(t, rec)
+		var hooks hedgeCounts
+		var changes atomic.Int32
+		o := Options{
+			Timeout: 10 * time.Second,
+			Hedge:   &policy.Hedge{Delay: 100 * time.Millisecond},
+			Breaker: BreakerSettings{ConsecutiveFailures: 2},
+		}
+		hp := hooks.policy(policy.Hedge{})
+		o.Hooks.OnHedge, o.Hooks.OnHedgeWon, o.Hooks.OnCopyCanceled = hp.OnHedge, hp.OnHedgeWon, hp.OnCopyCanceled
+		o.Hooks.OnBreakerStateChange = func(string, BreakerState, BreakerState) { changes.Add(1) }
+		c := newStack(env, o)
+		for range 5 {
+			resp, err := c.Get(env.url + "/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := readAll(t, resp), "ok"; got != want {
+				t.Errorf("body = %q, want %q", got, want)
+			}
+		}
+		synctest.Wait()
+		hooks.want(t, 5, 5, 5)
+		if got := changes.Load(); got != 0 {
+			t.Errorf("breaker changed state %d times, want 0 (canceled copies are not failures)", got)
+		}
+
+		start := time.Now()
+		_, err := c.Get(env.url + "/hang")
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want context.DeadlineExceeded", err)
+		}
+		synctest.Wait()
+		reqs := rec.Requests()
+		for _, r := range reqs[len(reqs)-2:] {
+			if got, want := r.Disconnected.Sub(start), 10*time.Second; got != want {
+				t.Errorf("copy disconnected after %v, want %v", got, want)
+			}
+		}
+	})
+}
+
+// BenchmarkHedgeFastPath measures what Hedge costs a GET that answers
+// before the delay (the 95% or more that are never hedged), on the
+// in-memory base, in parallel: the copy's goroutine, context and timer,
+// and for the adaptive delay the latency sketch (an atomic add and an
+// atomic load, no lock).
+func BenchmarkHedgeFastPath(b *testing.B) {
+	adaptive := Chain(memBase, Hedge(policy.Hedge{}))
+	warm, _ := http.NewRequest("GET", "http://api.test/v1/things", nil)
+	for range policy.DefaultLatencyMinSamples { // learn the host, so that requests are hedged
+		resp, _ := adaptive.RoundTrip(warm)
+		resp.Body.Close()
+	}
+	stacks := []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"bare", memBase},
+		{"fixed", Chain(memBase, Hedge(policy.Hedge{Delay: time.Second}))},
+		{"adaptive", adaptive},
+	}
+	for _, s := range stacks {
+		b.Run(s.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req, _ := http.NewRequest("GET", "http://api.test/v1/things", nil)
+				for pb.Next() {
+					resp, err := s.rt.RoundTrip(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		})
+	}
+}

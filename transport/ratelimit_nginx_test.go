@@ -1,0 +1,319 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-cleanhttp"
+)
+
+// nginxFullEnv, when set to 1, runs the full nginx table: every
+// configuration for nginxFullDuration per client (.ci/run sets it).
+const (
+	nginxFullEnv      = "STURDY_NGINX_FULL"
+	nginxFullDuration = 20 * time.Second
+	nginxWorkers      = 20
+)
+
+// nginxConfig is one configuration of nginx's limit_req.
+type nginxConfig struct {
+	rate       int  // requests a second
+	retryAfter bool // nginx adds Retry-After: 1
+}
+
+func (c nginxConfig) String() string {
+	ra := "no Retry-After"
+	if c.retryAfter {
+		ra = "Retry-After: 1"
+	}
+	return fmt.Sprintf("%d r/s, burst 5, %s", c.rate, ra)
+}
+
+// nginxBinary returns nginx's path, skipping the test when it is absent
+// outside CI and failing it in CI.
+func nginxBinary(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{"/usr/sbin/nginx", "nginx"} {
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("nginx not found; CI installs nginx-light (see .ci/run)")
+	}
+	t.Skip("nginx not found (apt-get install nginx-light)")
+	return ""
+}
+
+// freePort returns a loopback port nothing listens on.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startNginx runs nginx with limit_req configured by c in front of
+// upstream, as a child process stopped when the test ends, and returns
+// its base URL.
+func startNginx(t *testing.T, bin, upstream string, c nginxConfig) string {
+	t.Helper()
+	dir := t.TempDir()
+	port := freePort(t)
+	extra := ""
+	if c.retryAfter {
+		extra = "add_header Retry-After 1 always;"
+	}
+	conf := fmt.Sprintf(`daemon off;
+master_process off;
+worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log error;
+events { worker_connections 1024; }
+http {
+	access_log off;
+	client_body_temp_path %[1]s/body;
+	proxy_temp_path %[1]s/proxy;
+	fastcgi_temp_path %[1]s/fastcgi;
+	uwsgi_temp_path %[1]s/uwsgi;
+	scgi_temp_path %[1]s/scgi;
+	limit_req_zone $binary_remote_addr zone=api:1m rate=%[2]dr/s;
+	limit_req_status 429;
+	upstream app {
+		server %[3]s;
+		keepalive 64;
+	}
+	server {
+		listen 127.0.0.1:%[4]d;
+		location / {
+			limit_req zone=api burst=5;
+			%[5]s
+			proxy_pass http://app;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+		}
+	}
+}
+`, dir, c.rate, upstream, port, extra)
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", path, "-e", filepath.Join(dir, "error.log"))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start nginx: %v", err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		conn, err := net.Dial("tcp", addr)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			t.Fatalf("nginx did not listen on %s: %v\n%s", addr, err, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return "http://" + addr
+}
+
+// counted counts the attempts a client sends and the 429s it gets.
+type counted struct {
+	next              http.RoundTripper
+	attempts, tooMany atomic.Int64
+}
+
+func (c *counted) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.attempts.Add(1)
+	resp, err := c.next.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+		c.tooMany.Add(1)
+	}
+	return resp, err
+}
+
+func (c *counted) CloseIdleConnections() { closeIdle(c.next) }
+
+// nginxResult is one client's run against one configuration.
+type nginxResult struct {
+	client                    string
+	attempts, tooMany, ok     int64
+	attemptsPerS, okPerS, pct float64
+}
+
+// nginxClient sends one operation and reports whether it succeeded.
+type nginxClient struct {
+	name string
+	make func(base http.RoundTripper) func(ctx context.Context, url string) bool
+}
+
+func get(ctx context.Context, rt http.RoundTripper, url string) (int, error) {
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+var nginxClients = []nginxClient{
+	{"sturdy (transport.New)", func(base http.RoundTripper) func(context.Context, string) bool {
+		rt := New(Options{Base: base})
+		return func(ctx context.Context, url string) bool {
+			code, err := get(ctx, rt, url)
+			return err == nil && code == http.StatusOK
+		}
+	}},
+	{"bare client", func(base http.RoundTripper) func(context.Context, string) bool {
+		return func(ctx context.Context, url string) bool {
+			code, err := get(ctx, base, url)
+			return err == nil && code == http.StatusOK
+		}
+	}},
+	{"naive retry loop (5 tries, 50 ms apart)", func(base http.RoundTripper) func(context.Context, string) bool {
+		return func(ctx context.Context, url string) bool {
+			for range 5 {
+				code, err := get(ctx, base, url)
+				if err == nil && code == http.StatusOK {
+					return true
+				}
+				select {
+				case <-ctx.Done():
+					return false
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			return false
+		}
+	}},
+}
+
+// runNginx runs nginxWorkers goroutines of client against url for d.
+func runNginx(c nginxClient, url string, d time.Duration) nginxResult {
+	pooled := cleanhttp.DefaultPooledTransport()
+	pooled.MaxIdleConnsPerHost = 64
+	base := &counted{next: pooled}
+	op := c.make(base)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range nginxWorkers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if op(ctx, url) && ctx.Err() == nil {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	pooled.CloseIdleConnections()
+	r := nginxResult{client: c.name, attempts: base.attempts.Load(), tooMany: base.tooMany.Load(), ok: ok.Load()}
+	r.attemptsPerS, r.okPerS = float64(r.attempts)/secs, float64(r.ok)/secs
+	if r.attempts > 0 {
+		r.pct = 100 * float64(r.tooMany) / float64(r.attempts)
+	}
+	return r
+}
+
+// TestRateLimitAwareAgainstNginx runs transport.New against a real nginx
+// limit_req (20 r/s, burst 5, limit_req_status 429) in front of a local
+// upstream. The short version (every go test) runs sturdy for 3 s without
+// Retry-After; with STURDY_NGINX_FULL=1 it runs the whole table: 20 and
+// 100 r/s, with and without Retry-After, sturdy against a bare client and
+// a naive retry loop, 20 goroutines for 20 s each, reports sturdy against
+// the issue's targets (429s under 5% of attempts, successful operations
+// within 10% of the limit) and fails on a regression from the measured
+// table.
+func TestRateLimitAwareAgainstNginx(t *testing.T) {
+	bin := nginxBinary(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	upstream := strings.TrimPrefix(up.URL, "http://")
+
+	if os.Getenv(nginxFullEnv) != "1" {
+		url := startNginx(t, bin, upstream, nginxConfig{rate: 20}) + "/v1/items"
+		r := runNginx(nginxClients[0], url, 3*time.Second)
+		t.Logf("%s: %d attempts, %d 429s (%.1f%%), %.1f ok/s", r.client, r.attempts, r.tooMany, r.pct, r.okPerS)
+		// 3 s of a 20 r/s limit: the first burst of 20 goroutines meets
+		// 14 or so 429s, and the first cuts of the learned rate some more
+		// (26 to 36 of about 95 attempts on the shared VM); from then on
+		// the client keeps the pace. A bare client gets over 99%.
+		if r.pct >= 60 {
+			t.Errorf("429s = %.1f%% of attempts, want under 60%% (a bare client gets over 99%%)", r.pct)
+		}
+		if r.okPerS < 10 || r.okPerS > 25 {
+			t.Errorf("successful operations = %.1f/s, want 10 to 25 (the limit is 20/s)", r.okPerS)
+		}
+		return
+	}
+
+	var table strings.Builder
+	table.WriteString("| nginx limit_req | client | attempts/s | 429s (% of attempts) | successful ops/s |\n")
+	table.WriteString("| --- | --- | ---: | ---: | ---: |\n")
+	for _, cfg := range []nginxConfig{{20, false}, {20, true}, {100, false}, {100, true}} {
+		for i, c := range nginxClients {
+			url := startNginx(t, bin, upstream, cfg) + "/v1/items"
+			r := runNginx(c, url, nginxFullDuration)
+			fmt.Fprintf(&table, "| %s | %s | %.1f | %d (%.1f%%) | %.1f |\n", cfg, r.client, r.attemptsPerS, r.tooMany, r.pct, r.okPerS)
+			if i != 0 {
+				continue
+			}
+			// The issue's targets (429s under 5% of attempts, successful
+			// operations within 10% of the limit) are met in some
+			// configurations only (BENCHMARKS.md, issue 17): they are
+			// reported, and the test fails on what would be a regression
+			// from the measured table: 429s at a quarter of attempts
+			// (the bare client and the naive loop get 74-99.9%), or
+			// fewer than a third of the limit's operations, or more than
+			// the limit allows.
+			if r.pct >= 5 {
+				t.Logf("%s: target missed: sturdy's 429s = %.1f%% of attempts, target under 5%%", cfg, r.pct)
+			}
+			if lim := float64(cfg.rate); r.okPerS < 0.9*lim || r.okPerS > 1.1*lim {
+				t.Logf("%s: target missed: sturdy's successful ops = %.1f/s, target within 10%% of %v", cfg, r.okPerS, lim)
+			}
+			if r.pct >= 25 {
+				t.Errorf("%s: sturdy's 429s = %.1f%% of attempts, want under 25%%", cfg, r.pct)
+			}
+			if lim := float64(cfg.rate); r.okPerS < lim/3 || r.okPerS > 1.1*lim {
+				t.Errorf("%s: sturdy's successful ops = %.1f/s, want between %.1f and %.1f", cfg, r.okPerS, lim/3, 1.1*lim)
+			}
+		}
+	}
+	t.Logf("%d goroutines, %v per run:\n%s", nginxWorkers, nginxFullDuration, table.String())
+	if p := os.Getenv("STURDY_NGINX_TABLE"); p != "" {
+		if err := os.WriteFile(p, []byte(table.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}

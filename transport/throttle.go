@@ -1,0 +1,132 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/policy"
+	"github.com/sturdyhttp/sturdy/ratelimit"
+)
+
+// ErrThrottled is matched by errors.Is for every request that a
+// [Throttle] rejected locally, unsent.
+var ErrThrottled = errors.New("transport: throttled")
+
+// ThrottleError is the error of a request that a [Throttle] rejected
+// locally, unsent, because its host has lately rejected or failed too many
+// of the requests it was sent. It matches [ErrThrottled], and [Retry] does
+// not retry it.
+type ThrottleError struct {
+	Host        string  // the host key, as in "https://api.example.com"
+	Probability float64 // the probability of rejection it was judged with
+}
+
+func (e *ThrottleError) Error() string {
+	return "transport: throttled locally for " + e.Host + " (reject probability " +
+		strconv.FormatFloat(e.Probability, 'f', 2, 64) + ")"
+}
+
+// Is reports whether target is [ErrThrottled].
+func (e *ThrottleError) Is(target error) bool { return target == ErrThrottled }
+
+// Retriable returns false: a rejection is the client shedding load, and
+// trying again at once would defeat it.
+func (e *ThrottleError) Retriable() bool { return false }
+
+// ThrottleEvent describes a request that a [Throttle] rejected.
+type ThrottleEvent struct {
+	Request     *http.Request // the rejected request
+	Host        string        // its host key
+	Probability float64       // the probability of rejection it was judged with
+}
+
+// Throttle returns a middleware that sheds load locally when a host
+// rejects or fails too much of it, with Google SRE's adaptive throttling
+// (see [policy.Throttle]): a request is rejected, unsent, with
+// probability max(0, (requests − K×accepts)/(requests + 1)) over the
+// recent window, with a [*ThrottleError]. A response under 500 other than
+// 429 counts as accepted; a 429, a 5xx, a timeout or a network error as
+// not; a request canceled by its caller, refused by a [Breaker] or by a
+// quota, or that net/http would not send is not counted.
+//
+// Share t between the stacks that talk to the same hosts. A nil t means
+// a new [policy.Throttle] with the defaults. Place it inside [Retry] and
+// [Hedge] (every attempt and copy is a request the server counts) and
+// outside [RateLimitAware] and [Breaker], so that a request shed locally
+// uses no quota and is never judged by the breaker.
+func Throttle(t *policy.Throttle) Middleware {
+	return throttleMiddleware(t, nil)
+}
+
+func throttleMiddleware(t *policy.Throttle, onReject func(ThrottleEvent)) Middleware {
+	if t == nil {
+		t = &policy.Throttle{}
+	}
+	return func(next http.RoundTripper) http.RoundTripper {
+		return &throttler{next: orDefault(next), t: t, onReject: onReject}
+	}
+}
+
+type throttler struct {
+	next     http.RoundTripper
+	t        *policy.Throttle
+	onReject func(ThrottleEvent)
+}
+
+func (t *throttler) CloseIdleConnections() { closeIdle(t.next) }
+
+func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		return t.next.RoundTrip(req)
+	}
+	key := HostKey(req)
+	if ok, p := t.t.Allow(key, time.Now()); !ok {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		if t.onReject != nil {
+			t.onReject(ThrottleEvent{Request: req, Host: key, Probability: p})
+		}
+		return nil, &ThrottleError{Host: key, Probability: p}
+	}
+	resp, err := t.next.RoundTrip(req)
+	if counted, accepted := throttleOutcome(req, resp, err); counted {
+		t.t.Record(key, time.Now(), accepted)
+	}
+	return resp, err
+}
+
+// throttleOutcome says whether an outcome counts for the throttle, and
+// whether the server accepted the request.
+func throttleOutcome(req *http.Request, resp *http.Response, err error) (counted, accepted bool) {
+	if err != nil {
+		switch {
+		case errors.Is(err, context.Canceled),
+			errors.Is(err, ErrCircuitOpen),
+			errors.Is(err, ratelimit.ErrQuotaExhausted),
+			errors.Is(err, policy.ErrInvalidRequest),
+			policy.CheckRequest(req) != nil:
+			return false, false
+		}
+		return true, false
+	}
+	if resp == nil {
+		return false, false
+	}
+	c := resp.StatusCode
+	return true, c < 500 && c != http.StatusTooManyRequests
+}
+
+// throttledIsFailure is the breaker's failure rule in a stack with a
+// Throttle: an error or a 5xx ([policy.JudgeHost]), but for the answers of an overloaded
+// server, which the throttle handles by shedding part of the load rather
+// than all of it.
+func throttledIsFailure(resp *http.Response, err error) bool {
+	if err == nil && resp != nil && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == 529) {
+		return false
+	}
+	return err != nil || resp == nil || resp.StatusCode >= 500
+}
