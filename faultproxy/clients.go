@@ -25,9 +25,23 @@ func SturdyDeadline() Client {
 }
 
 func newSturdy(s Settings, propagate bool) (Doer, func()) {
+	return newSturdyWith(s, transport.Options{PropagateDeadline: propagate})
+}
+
+// SturdyWith is a client named name that runs transport.New(o) with the
+// run's AttemptTimeout (o's own is replaced): the default stack with a
+// layer switched off (o.Disable), or with hooks that count what it does.
+func SturdyWith(name string, o transport.Options) Client {
+	return Client{Name: name, New: func(s Settings) (Doer, func()) {
+		return newSturdyWith(s, o)
+	}}
+}
+
+func newSturdyWith(s Settings, o transport.Options) (Doer, func()) {
 	// Idempotency.Hosts is empty: the stack keys no request itself, so a
 	// request is vouched for only when its caller set a key.
-	c := &http.Client{Transport: transport.New(transport.Options{AttemptTimeout: s.Attempt, PropagateDeadline: propagate})}
+	o.AttemptTimeout = s.Attempt
+	c := &http.Client{Transport: transport.New(o)}
 	return c.Do, c.CloseIdleConnections
 }
 

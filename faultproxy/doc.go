@@ -19,6 +19,15 @@
 // where nothing breaks them, and no goroutine left once everything is
 // closed.
 //
+// The breaker comparison (TestFaultProxyBreaker) runs the default stack
+// and the same stack with its breaker switched off
+// (Disable: transport.LayerBreaker) side by side against toxiproxy
+// hanging or resetting 1%, 10% and 50% of connections ([BreakerFaults],
+// [BreakerShort], [BreakerLong]): the breaker must not open for a host
+// that only drops a share of its requests. TestFaultProxyBreakerTripsOnADownHost
+// takes the host down (the proxy disabled, or the upstream killed) and
+// checks that the breaker opens within a second.
+//
 // The tests are named TestFaultProxy..., so that
 //
 //	go test -run TestFaultProxy ./...

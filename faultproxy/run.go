@@ -102,7 +102,8 @@ type Result struct {
 func Run(ctx context.Context, tp *Toxiproxy, ph Phase, c Client, s Settings) (*Result, error) {
 	up := NewUpstream(UpstreamOptions{Dedup: s.Vouched, RequestsPerConn: s.RequestsPerConn})
 	defer up.Close()
-	name := fmt.Sprintf("%s-%s-%d", ph.Name, c.Name, time.Now().UnixNano())
+	// toxiproxy puts the name in its API's URLs: letters, digits, '.', '_' and '-' only.
+	name := strings.TrimPrefix(keyOf(fmt.Sprintf("%s-%s-%d", ph.Name, c.Name, time.Now().UnixNano())), "key-")
 	px, err := tp.Proxy(name, up.Addr, ph.Toxics)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,69 @@
+package faultproxy
+
+import (
+	"fmt"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2/client"
+)
+
+// BreakerShort and BreakerLong are the settings of the breaker
+// comparison (TestFaultProxyBreaker...): a busy client (Workers
+// goroutines, each starting at most one operation per Pace) whose every
+// attempt opens a connection of its own (RequestsPerConn 1), so that a
+// toxic dealt to a share of connections hits that share of attempts. A
+// short AttemptTimeout keeps a hang's cost low; it is still many times a
+// loopback round trip on a loaded machine.
+var (
+	BreakerShort = Settings{
+		Workers:         16,
+		Pace:            40 * time.Millisecond,
+		RequestsPerConn: 1,
+		Ops:             200,
+		Deadline:        1500 * time.Millisecond,
+		Attempt:         250 * time.Millisecond,
+		MinBody:         1 << 10,
+		MaxBody:         4 << 10,
+		Margin:          250 * time.Millisecond,
+		QuietWait:       300 * time.Millisecond,
+	}
+	BreakerLong = Settings{
+		Workers:         32,
+		Pace:            40 * time.Millisecond,
+		RequestsPerConn: 1,
+		Ops:             2000,
+		Deadline:        2 * time.Second,
+		Attempt:         300 * time.Millisecond,
+		MinBody:         1 << 10,
+		MaxBody:         16 << 10,
+		Margin:          250 * time.Millisecond,
+		QuietWait:       500 * time.Millisecond,
+	}
+)
+
+// BreakerFaults are the phases of the breaker comparison: toxiproxy
+// hanging or resetting 1%, 10% and 50% of connections.
+//
+// The hang is the timeout toxic on the request: its bytes are dropped,
+// the upstream never sees it, and the attempt runs into its
+// AttemptTimeout. (On the response, with one request per connection, it
+// would not hang: the upstream closes the connection after answering,
+// and toxiproxy passes the close on.) The reset is reset_peer on the
+// response, as it starts: the upstream has performed the request, so a
+// resend the stack should not have made shows as a second side effect.
+func BreakerFaults() []Phase {
+	var phases []Phase
+	for _, f := range []struct{ verb, typ, stream string }{
+		{"hang", "timeout", "upstream"},
+		{"reset", "reset_peer", "downstream"},
+	} {
+		for _, share := range []float32{0.01, 0.10, 0.50} {
+			phases = append(phases, Phase{
+				Name: fmt.Sprintf("%s %.0f%%", f.verb, share*100),
+				Toxics: []Toxic{{Type: f.typ, Stream: f.stream, Toxicity: share,
+					Attributes: toxiproxy.Attributes{"timeout": 0}}},
+			})
+		}
+	}
+	return phases
+}
