@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"net/http"
+	"net/url"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -24,6 +25,10 @@ type Reservation struct {
 	st    *hostState // nil: the host had no state when the request went
 	key   hosts.Key
 	route string
+	// u, when set, is the request's URL, from which key and route are
+	// made only if they are needed: the common case (nothing known of
+	// the host, nothing learnt from the response) never needs them.
+	u *url.URL
 	// at is when the request was let through; the zero Time when the
 	// host had no state then.
 	at         time.Time
@@ -41,14 +46,24 @@ type Reservation struct {
 // sent or given up. The error is a [*QuotaError] (matching
 // [ErrQuotaExhausted]) when the wait would not end before r's context
 // deadline or [Options.MaxWait], and r's context error when the context
-// ends during the wait; the Reservation is then the zero one, with
-// nothing to settle.
+// has ended by the time the host's quotas let r go (a host with nothing
+// known lets it go at once, without a look at the context); the
+// Reservation is then the zero one, with nothing to settle.
 func (t *Tracker) Reserve(r *http.Request) (Reservation, error) {
+	var st *hostState
+	if t.o.Key == nil && r.URL != nil {
+		st = t.slot.PeekURL(r.URL)
+		if st == nil && t.o.Rate <= 0 && t.o.Store == nil {
+			return Reservation{t: t, u: r.URL}, nil // the common case: nothing known, nothing to count
+		}
+	}
 	k := t.key(r)
 	res := Reservation{t: t, key: k, route: routeOf(r)}
-	st := t.slot.Peek(k)
+	if t.o.Key != nil || r.URL == nil {
+		st = t.slot.Peek(k)
+	}
 	if st == nil && t.o.Rate <= 0 && t.o.Store == nil {
-		return res, nil // the common case: nothing known, nothing to count
+		return res, nil // nothing known, nothing to count
 	}
 	if st = t.slot.Get(k); st == nil {
 		return res, nil // the registry is full of live hosts
@@ -69,6 +84,10 @@ func (t *Tracker) Reserve(r *http.Request) (Reservation, error) {
 			res.Cancel()
 			return Reservation{}, err
 		}
+	}
+	if err := r.Context().Err(); err != nil { // gave up during the wait: do not send
+		res.Cancel()
+		return Reservation{}, err
 	}
 	res.at = time.Now()
 	return res, nil
@@ -106,6 +125,9 @@ func (res *Reservation) Settle(resp *http.Response) {
 	if st == nil {
 		if len(qs) == 0 && v == VerdictNone {
 			return
+		}
+		if res.u != nil {
+			res.key, res.route = hosts.KeyOf(res.u), routeOfURL(res.u)
 		}
 		if st = res.t.slot.Get(res.key); st == nil {
 			return

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -37,10 +38,18 @@ type quotaSet uint8
 
 // routeOf returns the route of r: the first segment of its URL path.
 func routeOf(r *http.Request) string {
-	if r == nil || r.URL == nil {
+	if r == nil {
 		return ""
 	}
-	p := strings.TrimPrefix(r.URL.Path, "/")
+	return routeOfURL(r.URL)
+}
+
+// routeOfURL is routeOf for a request to u.
+func routeOfURL(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	p := strings.TrimPrefix(u.Path, "/")
 	if i := strings.IndexByte(p, '/'); i >= 0 {
 		p = p[:i]
 	}

@@ -66,6 +66,27 @@ func BenchmarkNew(b *testing.B) {
 	}
 }
 
+// BenchmarkNewWithout measures New with one layer switched off at a
+// time, to show what each layer costs a request that succeeds: the
+// difference between "all" and a row is that layer's share.
+func BenchmarkNewWithout(b *testing.B) {
+	for _, s := range []struct {
+		name string
+		d    Layer
+	}{
+		{"all", 0},
+		{"-key", LayerIdempotencyKey},
+		{"-timeout", LayerTimeout | LayerIdleTimeout},
+		{"-retry", LayerRetry},
+		{"-rate", LayerRateLimit},
+		{"-breaker", LayerBreaker},
+		{"-attempt", LayerAttemptTimeout},
+		{"none", LayerIdempotencyKey | LayerTimeout | LayerIdleTimeout | LayerRetry | LayerRateLimit | LayerBreaker | LayerAttemptTimeout},
+	} {
+		benchGetPost(b, s.name, New(Options{Base: memBase, Disable: s.d}), "http://api.test/v1/things")
+	}
+}
+
 // BenchmarkNewPipe measures the stack over a real http.Transport and
 // http.Server on the in-memory network: HTTP/1.1 on net.Pipe, no kernel
 // sockets.

@@ -188,8 +188,11 @@ func isStream(resp *http.Response) bool {
 		ct = ct[:i]
 	}
 	ct = strings.TrimSpace(ct)
+	if len(ct) < len("application/grpc") { // the shortest stream type
+		return false
+	}
 	for _, s := range streamTypes {
-		if strings.EqualFold(ct, s) {
+		if len(ct) == len(s) && strings.EqualFold(ct, s) {
 			return true
 		}
 	}

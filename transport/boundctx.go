@@ -19,7 +19,13 @@ import (
 //   - one coarse timer also watches the body for idleness: Read counts its
 //     calls in an atomic counter, and the timer (which fires every
 //     IdleTimeout/8 while a body is read) cuts the body when a Read has
-//     been blocked for IdleTimeout. No timer is touched per Read.
+//     been blocked for IdleTimeout. No timer is touched per Read;
+//   - the timer is made only once something waits for the context to
+//     end: Done or AfterFunc (net/http calls both for every request it
+//     sends). Until then nothing can be interrupted, so nothing needs to
+//     fire: Err and Value compare the deadline with the clock instead. A
+//     request that an in-memory transport answers, or a response served
+//     from a cache, costs no timer at all.
 //
 // Its Err is [context.DeadlineExceeded] when it is cut (by the deadline or
 // for idleness), the parent's error when the parent ends first, and
@@ -32,31 +38,33 @@ import (
 type boundCtx struct {
 	parent context.Context
 	b      *bound
+	up     *boundCtx // the parent, when it is a bound followed directly
 
 	// activity counts entries to and returns from the body's Read: odd
 	// while a Read is blocked. The timer reads it; Read only adds.
 	activity atomic.Uint64
 
 	mu        sync.Mutex
+	fromParnt bool // the parent ended it
+	watched   bool // Done or AfterFunc was called: the timer runs
+	dlArmed   bool
+	idleArmed bool
+	nextID    uint32
 	done      atomic.Value // chan struct{}, made on first use
 	err       error
 	cause     error           // the cut that ended it; nil when the parent did, or on release
 	causeCtx  context.Context // a canceled context whose cause is cause, for context.Cause
-	fromParnt bool            // the parent ended it
 	timer     *time.Timer
 	dl        time.Time // the bound's own deadline, while dlArmed
-	dlArmed   bool
-	idleArmed bool
 	seen      uint64    // activity at the last tick
 	quiet     time.Time // since when activity has been seen unchanged (valid while idleArmed)
 	afters    []afterEntry
-	inline    [2]afterEntry
-	nextID    uint64
-	stop      func() bool // stops watching the parent
+	inline    [1]afterEntry // net/http registers one per request
+	stop      func() bool   // stops watching the parent
 }
 
 type afterEntry struct {
-	id uint64
+	id uint32
 	f  func()
 }
 
@@ -93,13 +101,22 @@ var closedChan = func() chan struct{} {
 }()
 
 // start arms the bound's deadline (zero: none) and begins to follow the
-// parent. It is called once, before the context is shared.
+// parent. It is called once, before the context is shared. The timer
+// that enforces the deadline is made later, by watch.
 func (c *boundCtx) start(parent context.Context, b *bound, dl time.Time, d time.Duration) {
 	c.parent, c.b = parent, b
 	c.afters = c.inline[:0]
 	if d > 0 {
 		c.dl, c.dlArmed = dl, true
-		c.timer = time.AfterFunc(d, c.tick)
+	}
+	// A parent bound is followed directly, without making it watch: it
+	// is watched when this context is.
+	if p, ok := parent.(*boundCtx); ok {
+		if c.stop = p.follow(c.parentDone); c.stop == nil {
+			c.end(p.Err(), nil, true)
+		}
+		c.up = p
+		return
 	}
 	pdone := parent.Done()
 	if pdone == nil {
@@ -111,8 +128,9 @@ func (c *boundCtx) start(parent context.Context, b *bound, dl time.Time, d time.
 		return
 	default:
 	}
-	// A parent bound is followed directly (no allocation beyond the
-	// registration); any other cancelable parent through context.AfterFunc.
+	// A parent bound further up is followed directly (no allocation
+	// beyond the registration); any other cancelable parent through
+	// context.AfterFunc.
 	if p, ok := parent.Value(boundCtxKey{}).(*boundCtx); ok && p.Done() == pdone {
 		c.stop = p.AfterFunc(c.parentDone)
 	} else {
@@ -150,13 +168,58 @@ func (c *boundCtx) Done() <-chan struct{} {
 	}
 	d := make(chan struct{})
 	c.done.Store(d)
+	c.watchLocked()
 	return d
 }
 
 func (c *boundCtx) Err() error {
 	c.mu.Lock()
+	if c.err == nil && !c.watched {
+		// No timer ends this context, nor the bounds it follows: look
+		// at the clock, here and up the chain.
+		expired := c.expiredLocked()
+		c.mu.Unlock()
+		if expired {
+			c.end(context.DeadlineExceeded, c.b.dlErr, false)
+		} else if c.up != nil {
+			c.up.Err() // ends this one too when it has expired
+		}
+		c.mu.Lock()
+	}
 	defer c.mu.Unlock()
 	return c.err
+}
+
+// expiredLocked reports whether the deadline has passed unseen: the
+// context is not done yet, and no timer runs to end it because nothing
+// has waited for it.
+func (c *boundCtx) expiredLocked() bool {
+	return c.err == nil && !c.watched && c.dlArmed && !time.Now().Before(c.dl)
+}
+
+// watchLocked starts the timer, now that something waits for the
+// context to end, and has the bounds it follows do the same.
+func (c *boundCtx) watchLocked() {
+	if c.watched {
+		return
+	}
+	c.watched = true
+	now := time.Now()
+	if c.idleArmed {
+		c.quiet = now
+	}
+	c.rearmLocked(now)
+	if c.up != nil {
+		c.up.watch()
+	}
+}
+
+func (c *boundCtx) watch() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.watchLocked()
+	}
 }
 
 func (c *boundCtx) Value(key any) any {
@@ -164,6 +227,7 @@ func (c *boundCtx) Value(key any) any {
 	case boundCtxKey{}:
 		return c
 	case cancelCtxKey:
+		c.Err() // ends the context if its deadline passed unseen
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		switch {
@@ -185,11 +249,35 @@ func (c *boundCtx) Value(key any) any {
 // context.WithCancel(c) follows c without a goroutine; net/http derives
 // such a context for every HTTP/1 request.
 func (c *boundCtx) AfterFunc(f func()) (stop func() bool) {
+	if stop = c.register(f, true); stop == nil {
+		go f()
+		stop = func() bool { return false }
+	}
+	return stop
+}
+
+// follow is AfterFunc for a bound beneath this one, which makes this one
+// watch only once something watches that one. It returns nil, and
+// arranges nothing, when the context is done already.
+func (c *boundCtx) follow(f func()) (stop func() bool) {
+	return c.register(f, false)
+}
+
+// register adds f to the functions run when the context ends, unless it
+// has ended (then it returns nil); with watch, it starts the timer.
+func (c *boundCtx) register(f func(), watch bool) (stop func() bool) {
 	c.mu.Lock()
+	if c.expiredLocked() {
+		c.mu.Unlock()
+		c.end(context.DeadlineExceeded, c.b.dlErr, false)
+		c.mu.Lock()
+	}
+	if c.err == nil && watch {
+		c.watchLocked()
+	}
 	if c.err != nil {
 		c.mu.Unlock()
-		go f()
-		return func() bool { return false }
+		return nil
 	}
 	c.nextID++
 	id := c.nextID
@@ -278,14 +366,19 @@ func (c *boundCtx) bodyStarts(keep, idle bool) {
 	if idle {
 		c.idleArmed = true
 		c.seen = c.activity.Load()
-		c.quiet = time.Now()
 	}
-	c.rearmLocked(c.quiet)
+	if c.watched {
+		now := time.Now()
+		if idle {
+			c.quiet = now
+		}
+		c.rearmLocked(now)
+	}
 }
 
 // rearmLocked sets the timer for the next thing it must check: the
 // deadline, or the next idle tick, whichever comes first; it stops it
-// when nothing is armed.
+// when nothing is armed. It is called only once the context is watched.
 func (c *boundCtx) rearmLocked(now time.Time) {
 	var next time.Duration = -1
 	if c.idleArmed {
@@ -335,4 +428,14 @@ func (c *boundCtx) tick() {
 	}
 	c.mu.Unlock()
 	c.end(context.DeadlineExceeded, cut, false)
+}
+
+// startOf returns when the operation of ctx began, read off the bound
+// above when there is one (its deadline less its limit: the clock read
+// it made when it started), else off the clock.
+func startOf(ctx context.Context) time.Time {
+	if c, ok := ctx.(*boundCtx); ok && c.b.d > 0 {
+		return c.dl.Add(-c.b.d) // dl is written only before the context is shared
+	}
+	return time.Now()
 }

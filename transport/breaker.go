@@ -147,12 +147,13 @@ func (t *breakerTransport) CloseIdleConnections() { closeIdle(t.next) }
 
 // RoundTrip sends req through its host's breaker.
 func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	k, ok := t.b.key(req)
-	if !ok {
-		return t.next.RoundTrip(req)
+	var e *circuit
+	if t.b.c.key == nil && req.URL != nil {
+		e = t.b.slot.GetURL(req.URL)
+	} else if k, ok := t.b.key(req); ok {
+		e = t.b.slot.Get(k)
 	}
-	e := t.b.slot.Get(k)
-	if e == nil { // the registry is full of hosts that must be kept
+	if e == nil { // no key, or the registry is full of hosts that must be kept
 		return t.next.RoundTrip(req)
 	}
 	if s := t.b.c.store; s != nil {

@@ -63,13 +63,13 @@ func newSharedBudget(b *policy.Budget, reg *hosts.Registry) retryBudget {
 }
 
 func (s *sharedBudget) request(u *url.URL, now time.Time) {
-	if c := s.slot.Get(hosts.KeyOf(u)); c != nil {
+	if c := s.slot.GetURL(u); c != nil {
 		c.Add(int64(now.Sub(s.epoch)), 1, 0)
 	}
 }
 
 func (s *sharedBudget) retry(u *url.URL, now time.Time) bool {
-	c := s.slot.Get(hosts.KeyOf(u))
+	c := s.slot.GetURL(u)
 	if c == nil {
 		return true
 	}

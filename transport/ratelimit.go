@@ -65,12 +65,6 @@ type rateLimiter struct {
 // when the request never reached the server.
 func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, err := l.t.Reserve(req)
-	if err == nil {
-		err = req.Context().Err() // gave up during the wait: do not send
-		if err != nil {
-			res.Cancel()
-		}
-	}
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()

@@ -208,7 +208,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	safe := policy.SafeToResend(req, c.keyHeader)
 	if c.budget != nil {
-		c.budget.request(req.URL, time.Now())
+		c.budget.request(req.URL, startOf(ctx))
 	}
 	// base is what each attempt copies: the caller's request, or a copy
 	// whose context tells whether a connection was made, for a request

@@ -10,6 +10,7 @@ package hosts
 
 import (
 	"hash/maphash"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,11 @@ type Registry struct {
 	mu        sync.Mutex // held by sweeps and slot registration
 	slots     atomic.Pointer[[]liveFunc]
 	lastSweep time.Duration // since epoch
+
+	// recent is the host of the last lookup by URL: the layers of one
+	// request look up the same host one after another, and find it
+	// here with two string comparisons, without hashing.
+	recent atomic.Pointer[Host]
 }
 
 type liveFunc func(state any, now time.Time) bool
@@ -126,12 +132,18 @@ func (t *table) with(keep func(*Host) bool, extra int) *table {
 
 // Host is one host's entry: its key and each slot's state.
 type Host struct {
-	hash   uint64
-	key    Key
-	name   string
-	used   atomic.Bool
-	states [maxSlots]atomic.Value // *T of slot i
+	hash    uint64
+	key     Key
+	name    string
+	used    atomic.Bool
+	dropped atomic.Bool             // no longer in the registry
+	raw     atomic.Pointer[rawName] // how a URL named it, set on its first lookup by URL
+	states  [maxSlots]atomic.Value  // *T of slot i
 }
+
+// rawName is a URL's scheme and host as written, before [KeyOf]
+// normalizes them.
+type rawName struct{ scheme, host string }
 
 // Key returns the host's key.
 func (h *Host) Key() Key { return h.key }
@@ -177,6 +189,61 @@ func (r *Registry) Lookup(k Key) *Host {
 		h.used.Store(true)
 	}
 	return h
+}
+
+// LookupURL is Lookup(KeyOf(u)), faster for the host of the last
+// lookup by URL.
+func (r *Registry) LookupURL(u *url.URL) *Host {
+	h := r.findURL(u)
+	if h != nil && !h.used.Load() {
+		h.used.Store(true)
+	}
+	return h
+}
+
+// HostURL is Host(KeyOf(u)), faster for the host of the last lookup by
+// URL.
+func (r *Registry) HostURL(u *url.URL) *Host {
+	if h := r.LookupURL(u); h != nil {
+		return h
+	}
+	if u == nil {
+		return r.Host(Key{})
+	}
+	h := r.add(KeyOf(u))
+	r.remember(h, u)
+	return h
+}
+
+// findURL is find(KeyOf(u)): first the recent host, compared with u's
+// scheme and host as written, then the table.
+func (r *Registry) findURL(u *url.URL) *Host {
+	if u == nil {
+		return r.find(Key{})
+	}
+	if h := r.recent.Load(); h != nil {
+		if n := h.raw.Load(); n != nil && n.host == u.Host && n.scheme == u.Scheme && !h.dropped.Load() {
+			return h
+		}
+	}
+	h := r.find(KeyOf(u))
+	r.remember(h, u)
+	return h
+}
+
+// remember makes h, found for u, the recent host. The first URL that
+// names a host gives the spelling compared; others are found through
+// the table.
+func (r *Registry) remember(h *Host, u *url.URL) {
+	if h == nil {
+		return
+	}
+	if h.raw.Load() == nil {
+		h.raw.CompareAndSwap(nil, &rawName{scheme: cloneString(u.Scheme), host: cloneString(u.Host)})
+	}
+	if r.recent.Load() != h {
+		r.recent.Store(h)
+	}
 }
 
 // find is Lookup without marking the host used.
@@ -260,6 +327,7 @@ func (r *Registry) filter(keep func(*Host) bool) {
 			}
 			dropped++
 			r.count.Add(-1)
+			h.dropped.Store(true)
 			return false
 		}, 0)
 		if dropped > 0 {
@@ -332,10 +400,30 @@ func (s *Slot[T]) Get(k Key) *T {
 	return s.Of(h)
 }
 
+// GetURL is Get(KeyOf(u)), faster for the host of the last lookup by
+// URL (see [Registry.HostURL]).
+func (s *Slot[T]) GetURL(u *url.URL) *T {
+	h := s.r.HostURL(u)
+	if h == nil {
+		return nil
+	}
+	return s.Of(h)
+}
+
 // Peek returns k's state, nil when k has none. It makes nothing and does
 // not count as a use of k.
 func (s *Slot[T]) Peek(k Key) *T {
-	h := s.r.find(k)
+	return s.stateOf(s.r.find(k))
+}
+
+// PeekURL is Peek(KeyOf(u)), faster for the host of the last lookup by
+// URL.
+func (s *Slot[T]) PeekURL(u *url.URL) *T {
+	return s.stateOf(s.r.findURL(u))
+}
+
+// stateOf returns h's state in s, nil when h or its state is nil.
+func (s *Slot[T]) stateOf(h *Host) *T {
 	if h == nil {
 		return nil
 	}

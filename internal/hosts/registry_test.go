@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -198,5 +199,88 @@ func BenchmarkGetSerial(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.Get(k)
+	}
+}
+
+// Lookups by URL find the host that KeyOf names, whichever spelling of
+// it comes first, through the recent host or the table.
+func TestLookupsByURLMatchKeyOf(t *testing.T) {
+	r := New(Options{})
+	s := NewSlot(r, func(k Key) *counter { return &counter{key: k} }, nil)
+	mustParse := func(raw string) *url.URL {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	urls := []string{
+		"https://API.example.com:443/v1",
+		"https://api.example.com/v1",
+		"https://other.example/x",
+		"HTTPS://api.example.com:/v2",
+		"http://api.example.com/v1",
+		"https://api.example.com:8443/v1",
+		"https://api.example.com/v3",
+	}
+	for round := range 2 {
+		for _, raw := range urls {
+			u := mustParse(raw)
+			want := s.Get(KeyOf(u))
+			if got := s.GetURL(u); got != want {
+				t.Errorf("round %d: GetURL(%s) = %v, want Get(KeyOf) = %v", round, raw, got.key, want.key)
+			}
+			if got := s.PeekURL(u); got != want {
+				t.Errorf("round %d: PeekURL(%s) = %v, want %v", round, raw, got.key, want.key)
+			}
+			if got := r.LookupURL(u); got == nil || got.Key() != KeyOf(u) {
+				t.Errorf("round %d: LookupURL(%s) = %v, want the entry of %v", round, raw, got, KeyOf(u))
+			}
+		}
+	}
+	if got, want := r.Len(), 4; got != want {
+		t.Errorf("Len() = %d, want %d", got, want)
+	}
+	if got := s.PeekURL(mustParse("https://unknown.example/")); got != nil {
+		t.Errorf("PeekURL of an unknown host = %v, want nil", got.key)
+	}
+	if got := s.GetURL(nil); got != s.Get(Key{}) {
+		t.Errorf("GetURL(nil) is not Get(Key{})")
+	}
+}
+
+// A host dropped by a sweep is not found through the recent host: the
+// next lookup makes a new entry, as one through the table does.
+func TestRecentHostIsForgottenWhenDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := New(Options{IdleTimeout: time.Minute})
+		s := NewSlot(r, func(k Key) *counter { return &counter{key: k} }, nil)
+		u, _ := url.Parse("https://api.example.com/v1")
+		first := s.GetURL(u)
+		time.Sleep(2 * time.Minute)
+		s.Get(host(1)) // sweeps: api.example.com was used before the last sweep (none): marked unused
+		time.Sleep(2 * time.Minute)
+		s.Get(host(2)) // sweeps again: api.example.com unused since, dropped
+		if got := s.PeekURL(u); got != nil {
+			t.Fatalf("PeekURL after the host was dropped = %p, want nil", got)
+		}
+		if got := s.GetURL(u); got == first {
+			t.Errorf("GetURL after the host was dropped returned the dropped state")
+		}
+		if got, want := r.Len(), 3; got != want {
+			t.Errorf("Len() = %d, want %d", got, want)
+		}
+	})
+}
+
+func TestGetURLOfTheRecentHostAllocatesNothing(t *testing.T) {
+	r := New(Options{})
+	s := NewSlot(r, func(k Key) *counter { return &counter{key: k} }, nil)
+	a, _ := url.Parse("https://api.example.com/v1")
+	b, _ := url.Parse("https://other.example.com/v1")
+	s.GetURL(a)
+	s.GetURL(b)
+	if n := testing.AllocsPerRun(100, func() { s.GetURL(a).n.Add(1); s.GetURL(b).n.Add(1) }); n != 0 {
+		t.Errorf("GetURL allocates %v times, want 0", n)
 	}
 }
