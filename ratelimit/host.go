@@ -86,10 +86,11 @@ type verdict struct {
 
 // admission is what one request has been through so far in admit.
 type admission struct {
-	paced    bool // has its slot at the learned rate
-	released bool // has its place in a release spread, or needs none
-	waited   bool // has waited for a pause
-	giveUp   bool // has waited for news of a new window once
+	paced    bool   // has its slot at the learned rate
+	epoch    uint32 // of the schedule its slot is in
+	released bool   // has its place in a release spread, or needs none
+	waited   bool   // has waited for a pause
+	giveUp   bool   // has waited for news of a new window once
 }
 
 func newHostState(o *Options) *hostState {
@@ -146,15 +147,18 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		a.waited = a.waited || paused
 		return verdict{until: until, reason: ReasonQuota}
 	}
-	if !a.released {
+	// A measured rate releases the requests a pause held by itself.
+	if !a.released && !(h.thr.on(now) && !h.thr.guess) {
 		a.released = true
 		if slot, ok := h.releaseSlot(now, set, a.waited); ok && slot.After(now) {
 			res.releasedAt = slot
 			return verdict{until: slot, reason: ReasonReleaseRate, own: true}
 		}
 	}
-	if !a.paced && h.thr.on(now) {
-		a.paced = true
+	if h.thr.on(now) && (!a.paced || a.epoch != h.thr.pace.epoch) {
+		// A slot taken before a pause or a new rate is void: take
+		// another on the new schedule.
+		a.paced, a.epoch = true, h.thr.pace.epoch
 		slot := h.thr.pace.reserve(now)
 		res.pacedAt = slot
 		if slot.After(now) {
@@ -265,24 +269,21 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 	h.observe(now, route, qs)
 	switch v {
 	case VerdictPause:
+		if status == http.StatusTooManyRequests {
+			// Pause as asked, and learn the pace the server keeps, so
+			// that the pause ends at that pace rather than in a burst.
+			h.thr.tooMany(now, sent, true)
+		}
 		h.setPause(now, until)
 		h.held++
-		if status == http.StatusTooManyRequests && h.thr.repeated(now, sent) {
-			// 429s again and again: the pauses alone do not find the
-			// pace the server keeps; learn it too.
-			h.thr.tooMany(now, sent)
-		}
-		if h.thr.last429.IsZero() || sent.After(h.thr.last429) {
-			h.thr.last429 = now
-		}
 	case VerdictThrottle:
-		if h.thr.tooMany(now, sent) {
+		if h.thr.tooMany(now, sent, false) {
 			h.setPause(now, now.Add(throttlePause))
 			h.held++
 		}
 	default:
 		if status != http.StatusTooManyRequests && status < 500 {
-			h.thr.success(now)
+			h.thr.success(now, sent)
 		}
 	}
 	h.wake()
@@ -346,6 +347,7 @@ func (h *hostState) setPause(now, until time.Time) {
 	if until.After(h.pause) {
 		h.pause = until
 	}
+	h.thr.pace.restart(h.pause)
 }
 
 // wake wakes the requests waiting for news. h.mu is held.

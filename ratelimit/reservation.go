@@ -38,6 +38,7 @@ type Reservation struct {
 	releasedAt time.Time // its slot in a release spread
 	client     *rate.Reservation
 	fleet      fleetPlace // its place in the fleet's quota (Options.Store)
+	made       uint32     // Tracker.made when it was taken without state
 	done       bool
 }
 
@@ -54,7 +55,7 @@ func (t *Tracker) Reserve(r *http.Request) (Reservation, error) {
 	if t.o.Key == nil && r.URL != nil {
 		st = t.slot.PeekURL(r.URL)
 		if st == nil && t.o.Rate <= 0 && t.o.Store == nil {
-			return Reservation{t: t, u: r.URL}, nil // the common case: nothing known, nothing to count
+			return Reservation{t: t, u: r.URL, made: t.made.Load()}, nil // the common case: nothing known, nothing to count
 		}
 	}
 	k := t.key(r)
@@ -63,6 +64,7 @@ func (t *Tracker) Reserve(r *http.Request) (Reservation, error) {
 		st = t.slot.Peek(k)
 	}
 	if st == nil && t.o.Rate <= 0 && t.o.Store == nil {
+		res.made = t.made.Load()
 		return res, nil // nothing known, nothing to count
 	}
 	if st = t.slot.Get(k); st == nil {
@@ -109,8 +111,18 @@ func (res *Reservation) Settle(resp *http.Response) {
 	h, status := resp.Header, resp.StatusCode
 	seen := scan(h)
 	if seen == 0 && status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
-		if res.st != nil {
-			res.st.settle(time.Now(), res.at, res.route, nil, status, VerdictNone, time.Time{})
+		st := res.st
+		if st == nil && res.t.made.Load() != res.made {
+			// The host has had state since the request went (a 429 of
+			// another): its success counts in what the host accepts.
+			if res.u != nil {
+				st = res.t.slot.PeekURL(res.u)
+			} else {
+				st = res.t.slot.Peek(res.key)
+			}
+		}
+		if st != nil {
+			st.settle(time.Now(), res.at, res.route, nil, status, VerdictNone, time.Time{})
 		}
 		return // the common case: nothing to learn
 	}
@@ -132,6 +144,7 @@ func (res *Reservation) Settle(resp *http.Response) {
 		if st = res.t.slot.Get(res.key); st == nil {
 			return
 		}
+		res.t.made.Add(1)
 	}
 	st.settle(now, res.at, res.route, qs, status, v, until)
 }

@@ -2,33 +2,50 @@ package ratelimit
 
 import "time"
 
-// This file learns the rate a host accepts from 429s that give no other
-// hint: additive increase, multiplicative decrease of a client-side rate,
-// as TCP does with its window.
+// This file learns the rate a host accepts from its 429s, as TCP learns
+// a path's capacity from its losses, and keeps just under it, as TCP
+// CUBIC keeps a plateau below the window of its last loss.
 //
-// The first such 429 caps the host at the rate of successes it answered
-// over the last second (DefaultReleaseRate when there is no second of
-// history yet), and pauses it for throttlePause. That first rate is a
-// guess, raised by one request a second per success (it doubles every
-// second) until the next 429 of a request sent after the cut; that one
-// sets the rate to what the host accepted over the last second, the
-// limit, less throttleCut. From then on each such 429 cuts the rate by
-// throttleCut, and each success raises it by throttleGrowth (about 5% a
-// second at full use). A host that goes throttleForget without a 429
-// loses its cap. A client meeting a plain limiter of R requests a second
-// so settles at about R. 429s with Retry-After pause the host as asked,
-// and teach the rate too once they come again and again.
+// The first 429 caps the host at a guess: the successes it answered over
+// the last second less throttleCut, or DefaultReleaseRate without a
+// second of history. A guess grows by one request a second per success
+// (it doubles every second at full use) until the next 429, which cuts
+// it to a measure.
+//
+// The rate a limiter accepts is measured two ways. Best, by the requests
+// in flight when a 429 came back that then succeed: a limiter that
+// queues rather than refuses (nginx's limit_req without nodelay)
+// answers its queue one request per interval of its rate, so when
+// throttleEvenN of them come back evenly spaced (no gap under a
+// millisecond or over three times another), their spacing is the
+// limiter's rate. Otherwise, a 429 after the first measures the
+// successes of the last second.
+//
+// A measured rate M caps the host at throttleBelow·M, just under the
+// limit so that the limiter's burst is kept for jitter, and holds the
+// cap there for throttlePlateau; then the cap grows, slowly at first
+// (quadratically in time, doubling after another throttleRamp), to find
+// out whether the limit was raised. A 429 sets the cap again; a cap that
+// reaches twice its plateau is removed, as is a guess after
+// throttleForget without a 429. 429s with Retry-After pause the host as
+// asked, and teach the rate as well.
 
 const (
 	// throttlePause is how long a host pauses after a 429 that names no
-	// wait.
+	// wait: time for a limiter's queue to drain.
 	throttlePause = 250 * time.Millisecond
-	// throttleCut is the multiplicative decrease of a measured rate.
+	// throttleCut is the multiplicative decrease of a rate at a 429.
 	throttleCut = 0.9
-	// throttleGrowth is the additive increase per success, as a fraction
-	// of a request a second per request a second of rate.
-	throttleGrowth = 0.05
-	// throttleForget is how long without a 429 until the cap is removed.
+	// throttleBelow is the fraction of a measured rate the cap keeps.
+	throttleBelow = 0.97
+	// throttlePlateau is how long a measured cap holds before it grows.
+	throttlePlateau = 20 * time.Second
+	// throttleRamp is how long after the plateau the cap takes to double.
+	throttleRamp = 10 * time.Second
+	// throttleEvenN is how many evenly spaced successes of requests in
+	// flight at a 429 measure a limiter's rate.
+	throttleEvenN = 4
+	// throttleForget is how long a guess lasts without a 429.
 	throttleForget = 10 * time.Second
 	// minThrottleRate is the lowest rate a cut goes to, requests a second:
 	// pacing at it costs a lone request at most a second.
@@ -44,29 +61,39 @@ const (
 type throttle struct {
 	rate    float64   // requests a second; 0 when there is no cap
 	guess   bool      // rate is a guess, not a measure
-	lastCut time.Time // when the rate was last cut
+	plateau float64   // the measured cap that rate grows from
+	cut     time.Time // when a 429 last set the rate
+	set     time.Time // when the rate was last set, by a 429 or a measure
 	last429 time.Time
 	pace    pacer
+	drain   drain // successes since cut of requests sent before it
 	// Successes in the current and the previous second of win.
 	okCur, okPrev int
 	win           time.Time
 	since         time.Time // first success counted
 }
 
-// on reports whether a cap is in force at now, removing it when 429s
-// have stopped.
+// on reports whether a cap is in force at now, growing it once its
+// plateau is over and removing it when it is no longer needed.
 func (t *throttle) on(now time.Time) bool {
-	if t.rate > 0 && now.Sub(t.last429) > throttleForget {
-		t.rate, t.guess = 0, false
+	switch {
+	case t.rate == 0:
+	case t.guess:
+		if now.Sub(t.last429) > throttleForget {
+			t.rate, t.guess = 0, false
+		}
+	default:
+		if s := now.Sub(t.set) - throttlePlateau; s > 0 {
+			x := s.Seconds() / throttleRamp.Seconds()
+			t.rate = t.plateau * (1 + x*x)
+			if t.rate >= 2*t.plateau {
+				t.rate = 0
+			} else {
+				t.pace.setRate(t.rate)
+			}
+		}
 	}
 	return t.rate > 0
-}
-
-// repeated reports whether a 429 at now, of a request let through at
-// sent, comes after another 429 (of a request sent earlier) within
-// throttleForget, or while a cap is in force.
-func (t *throttle) repeated(now, sent time.Time) bool {
-	return t.rate > 0 || (!t.last429.IsZero() && sent.After(t.last429) && now.Sub(t.last429) < throttleForget)
 }
 
 // measured returns the successes a second over the last second, and
@@ -92,62 +119,119 @@ func (t *throttle) roll(now time.Time) {
 	}
 }
 
-// success records a response that was not a 429.
-func (t *throttle) success(now time.Time) {
+// success records a response that was not a 429, to a request let
+// through at sent (the zero Time when the host had no state then).
+func (t *throttle) success(now, sent time.Time) {
 	t.roll(now)
 	if t.since.IsZero() {
 		t.since, t.win = now, now
 	}
 	t.okCur++
-	if t.on(now) {
-		if t.guess {
-			t.rate++ // a guess doubles a second until the next 429
-		} else {
-			t.rate += throttleGrowth
+	on := t.on(now)
+	if sent.Before(t.cut) && (on || now.Sub(t.cut) < throttleForget) {
+		t.drain.add(now)
+		if m, ok := t.drain.rate(); ok {
+			t.measure(now, m)
 		}
+		return
+	}
+	if on && t.guess {
+		t.rate++ // a guess doubles a second until the next 429
 		t.pace.setRate(t.rate)
 	}
 }
 
-// tooMany records a 429 of a request reserved at sent, and reports
-// whether it cut the rate (a 429 of a request sent before the last cut
-// says nothing new).
-func (t *throttle) tooMany(now, sent time.Time) bool {
+// measure caps the rate just under m, a measure of the rate the host
+// accepts.
+func (t *throttle) measure(now time.Time, m float64) {
+	t.rate = max(m*throttleBelow, minThrottleRate)
+	t.plateau, t.guess, t.set = t.rate, false, now
+	t.pace.setRate(t.rate)
+}
+
+// tooMany records a 429 of a request let through at sent, and reports
+// whether it set the rate (a 429 of a request sent before the last one
+// that did says nothing new). asked is set when the 429 named its wait
+// (Retry-After): the host pauses as asked, and is capped only by a
+// measure, never by a guess.
+func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 	t.last429 = now
-	if sent.Before(t.lastCut) {
+	if sent.Before(t.cut) {
 		return false
 	}
 	m, ok := t.measured(now)
 	switch {
+	case t.rate == 0 && asked && (t.cut.IsZero() || now.Sub(t.cut) > throttleForget):
+		// The drain of the requests in flight may measure the rate; if
+		// not, the next such 429 caps the host with a guess.
+		t.cut, t.drain = now, drain{}
+		return false
 	case t.rate == 0 && ok && m > 0:
 		// What the host accepted over the last second, a floor to probe
 		// up from: the client may not have been sending at the limit.
 		t.rate, t.guess = m*throttleCut, true
 	case t.rate == 0:
 		t.rate, t.guess = float64(DefaultReleaseRate), true
-	case t.guess:
-		// Past the limit while probing: the limit lies between the rate
-		// of a second ago (half this one) and this one.
-		t.rate, t.guess = t.rate*throttleCut, false
+	case ok && m > 0:
+		t.measure(now, min(t.rate*throttleCut/throttleBelow, m))
 	default:
-		t.rate *= throttleCut
+		t.measure(now, t.rate*throttleCut/throttleBelow)
 	}
 	t.rate = max(t.rate, minThrottleRate)
-	t.lastCut = now
+	t.cut, t.set = now, now
+	t.drain = drain{}
 	t.pace.setRate(t.rate)
 	return true
 }
 
+// drain is the spacing of a run of successes.
+type drain struct {
+	n              int
+	first, last    time.Time
+	minGap, maxGap time.Duration
+}
+
+func (d *drain) add(now time.Time) {
+	if d.n == 0 {
+		d.first = now
+	} else {
+		g := now.Sub(d.last)
+		if d.n == 1 || g < d.minGap {
+			d.minGap = g
+		}
+		d.maxGap = max(d.maxGap, g)
+	}
+	d.last = now
+	d.n++
+}
+
+// rate returns the rate of the run, and false when it is too short or
+// too uneven to be a limiter's pace.
+func (d *drain) rate() (float64, bool) {
+	if d.n < throttleEvenN || d.minGap < time.Millisecond || d.maxGap > 3*d.minGap {
+		return 0, false
+	}
+	return float64(d.n-1) / d.last.Sub(d.first).Seconds(), true
+}
+
 // pacer spaces requests at a rate, as a virtual schedule (GCRA): each
 // reservation takes the next slot; a cancelled one gives it back when no
-// later slot was taken.
+// later slot was taken. A restart voids every slot taken: their holders
+// take new ones.
 type pacer struct {
 	interval time.Duration
 	next     time.Time // the next free slot
+	epoch    uint32    // counts restarts
 }
 
 func (p *pacer) setRate(r float64) {
 	p.interval = time.Duration(float64(time.Second) / r)
+}
+
+// restart starts the schedule again at from.
+func (p *pacer) restart(from time.Time) {
+	p.next = from
+	p.epoch++
 }
 
 // reserve takes the next slot at or after now and returns it.

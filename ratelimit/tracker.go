@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/internal/hosts"
@@ -60,6 +61,10 @@ import (
 type Tracker struct {
 	o    Options
 	slot *hosts.Slot[hostState]
+	// made counts the states made by a response to a request sent
+	// without one, so that the responses of requests sent before can
+	// tell that their host has state now.
+	made atomic.Uint32
 }
 
 // NewTracker returns a Tracker with options o.

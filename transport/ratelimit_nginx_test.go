@@ -21,8 +21,11 @@ import (
 
 // nginxFullEnv, when set to 1, runs the full nginx table: every
 // configuration for nginxFullDuration per client (.ci/run sets it).
+// nginxOnlyEnv, when set, runs only the rows whose configuration and
+// client contain it ("sturdy", "100 r/s", "Retry-After: 1").
 const (
 	nginxFullEnv      = "STURDY_NGINX_FULL"
+	nginxOnlyEnv      = "STURDY_NGINX_ONLY"
 	nginxFullDuration = 20 * time.Second
 	nginxWorkers      = 20
 )
@@ -282,6 +285,9 @@ func TestRateLimitAwareAgainstNginx(t *testing.T) {
 	table.WriteString("| --- | --- | ---: | ---: | ---: |\n")
 	for _, cfg := range []nginxConfig{{20, false}, {20, true}, {100, false}, {100, true}} {
 		for i, c := range nginxClients {
+			if only := os.Getenv(nginxOnlyEnv); only != "" && !strings.Contains(cfg.String()+" "+c.name, only) {
+				continue
+			}
 			url := startNginx(t, bin, upstream, cfg) + "/v1/items"
 			r := runNginx(c, url, nginxFullDuration)
 			fmt.Fprintf(&table, "| %s | %s | %.1f | %d (%.1f%%) | %.1f |\n", cfg, r.client, r.attemptsPerS, r.tooMany, r.pct, r.okPerS)
