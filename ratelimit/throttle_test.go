@@ -1,0 +1,182 @@
+package ratelimit
+
+import (
+	"math"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestThrottleDrain: after a 429, the successes of the requests that
+// were in flight measure the limiter's rate when they come back evenly
+// spaced, as nginx's limit_req answers its queue, and only then.
+func TestThrottleDrain(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	ms := func(n ...int) []time.Duration {
+		var out []time.Duration
+		for _, m := range n {
+			out = append(out, time.Duration(m)*time.Millisecond)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name      string
+		asked     bool            // the 429 had Retry-After
+		successes []time.Duration // after the 429, of requests sent before it
+		wantRate  float64         // 0: no cap
+		wantGuess bool
+	}{
+		{"a queue answered at 100/s", false, ms(10, 20, 30, 40, 50), 97, false},
+		{"a queue answered at 20/s, Retry-After", true, ms(50, 100, 150, 200, 250), 19.4, false},
+		{"a queue with jitter", false, ms(9, 21, 29, 42, 50), 0.97 * 4 / 0.041, false},
+		{"answered at once (token bucket)", false, ms(5, 5, 5, 5, 5), float64(DefaultReleaseRate), true},
+		{"answered at once, Retry-After", true, ms(5, 5, 5, 5, 5), 0, false},
+		{"uneven latencies", false, ms(5, 45, 55, 150), float64(DefaultReleaseRate), true},
+		{"too few", true, ms(10, 20, 30), 0, false},
+	} {
+		var th throttle
+		th.tooMany(t0, t0, tc.asked)
+		for _, d := range tc.successes {
+			th.success(t0.Add(d), time.Time{})
+		}
+		now := t0.Add(time.Second)
+		got := 0.0
+		if th.on(now) {
+			got = th.rate
+		}
+		if math.Abs(got-tc.wantRate) > 0.01 || th.guess != tc.wantGuess {
+			t.Errorf("%s: rate %.2f (guess %v), want %.2f (guess %v)", tc.name, got, th.guess, tc.wantRate, tc.wantGuess)
+		}
+	}
+}
+
+// TestThrottlePlateau: a measured cap holds for throttlePlateau, then
+// grows, and is removed once it has doubled; a 429 during the growth
+// sets it again.
+func TestThrottlePlateau(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	var th throttle
+	th.tooMany(t0, t0, false)
+	for i := range 5 {
+		th.success(t0.Add(time.Duration(10*(i+1))*time.Millisecond), time.Time{})
+	}
+	measured := t0.Add(50 * time.Millisecond) // the last of the drain
+	for _, step := range []struct {
+		at   time.Duration // after measured
+		want float64       // 0: no cap
+	}{
+		{time.Second, 97},
+		{20 * time.Second, 97},
+		{25 * time.Second, 97 * 1.25},
+		{29 * time.Second, 97 * 1.81},
+		{30 * time.Second, 0},
+		{60 * time.Second, 0},
+	} {
+		got := 0.0
+		if th.on(measured.Add(step.at)) {
+			got = th.rate
+		}
+		if math.Abs(got-step.want) > 0.01 {
+			t.Errorf("at %v: rate %.2f, want %.2f", step.at, got, step.want)
+		}
+	}
+
+	// A 429 of a probe at 25 s sets the cap from the last second's
+	// successes (here 110), and holds it again.
+	var th2 throttle
+	th2.tooMany(t0, t0, false)
+	for i := range 5 {
+		th2.success(t0.Add(time.Duration(10*(i+1))*time.Millisecond), time.Time{})
+	}
+	for i := range 110 {
+		th2.success(t0.Add(24*time.Second+time.Duration(i)*time.Second/110), t0.Add(time.Second))
+	}
+	at := t0.Add(25 * time.Second)
+	th2.tooMany(at, at, false)
+	for _, step := range []struct {
+		at   time.Duration
+		want float64
+	}{{26 * time.Second, 0.97 * 110}, {44 * time.Second, 0.97 * 110}} {
+		if got := th2.rate; !th2.on(t0.Add(step.at)) || math.Abs(got-step.want) > 0.5 {
+			t.Errorf("after the probe's 429, at %v: rate %.2f, want %.2f", step.at, got, step.want)
+		}
+	}
+}
+
+// TestThrottleRetryAfterAlone: a 429 with Retry-After and nothing to
+// measure caps nothing (the pause alone is asked for); a second one
+// within throttleForget caps the host with a guess. A host that never
+// sends a 429 is never capped.
+func TestThrottleRetryAfterAlone(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	var th throttle
+	for i := range 100 {
+		th.success(t0.Add(time.Duration(i)*time.Millisecond), time.Time{})
+	}
+	if th.on(t0.Add(time.Second)) {
+		t.Fatalf("no 429: rate %v, want no cap", th.rate)
+	}
+	at := t0.Add(2 * time.Second)
+	th.tooMany(at, at, true)
+	if th.on(at) {
+		t.Errorf("one 429 with Retry-After: rate %v, want no cap", th.rate)
+	}
+	at2 := at.Add(2 * time.Second)
+	th.tooMany(at2, at2, true)
+	if !th.on(at2) || !th.guess {
+		t.Errorf("a second 429 with Retry-After: rate %v (guess %v), want a guess", th.rate, th.guess)
+	}
+}
+
+// TestTrackerPauseReleasedAtMeasuredRate: a 429 with Retry-After: 1 from
+// a limiter whose queue drains at 20/s; the ten requests that arrive
+// during the pause go from its end at the measured rate (19.4/s), one
+// every 51.5 ms, not in a burst and not in the one-second spread.
+func TestTrackerPauseReleasedAtMeasuredRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		url := "https://api.example.com/x"
+		var inFlight []Reservation
+		for range 6 {
+			res, err := tr.Reserve(newReq(t, nil, url))
+			if err != nil {
+				t.Fatal(err)
+			}
+			inFlight = append(inFlight, res)
+		}
+		time.Sleep(time.Millisecond)
+		start := time.Now()
+		inFlight[0].Settle(&http.Response{StatusCode: 429, Header: hdr("Retry-After", "1")})
+		for _, res := range inFlight[1:] {
+			time.Sleep(50 * time.Millisecond)
+			res.Settle(&http.Response{StatusCode: 200, Header: http.Header{}})
+		}
+		var (
+			mu  sync.Mutex
+			out []time.Duration
+			wg  sync.WaitGroup
+		)
+		for range 10 {
+			wg.Go(func() {
+				if err := waitFor(tr, newReq(t, nil, url)); err != nil {
+					t.Errorf("Wait = %v, want nil", err)
+				}
+				mu.Lock()
+				out = append(out, time.Since(start))
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		slices.Sort(out)
+		rate := 20 * throttleBelow
+		interval := time.Duration(float64(time.Second) / rate)
+		for i, got := range out {
+			if want := time.Second + time.Duration(i)*interval; got != want {
+				t.Errorf("request %d let through at %v, want %v", i, got, want)
+			}
+		}
+	})
+}
