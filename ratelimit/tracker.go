@@ -35,17 +35,23 @@ import (
 //     new window to tell.
 //   - A 429 or 503 with Retry-After pauses the whole host until the time
 //     the server named: every request to it, from every goroutine, waits
-//     for the same moment. The requests held are then let go spread over
-//     at most a second, at the host's known rate (20 a second when
-//     unknown), in a spread whose end is fixed when the pause ends;
-//     requests that come later go at once. A pause lasts as long as the
-//     server asked, never longer.
-//   - A 429 that gives no hint (no Retry-After, no exhausted quota) pauses
-//     the host for a quarter of a second and caps its rate: the rate is
-//     cut on each such 429 and grows back with each success (additive
-//     increase, multiplicative decrease), so that a client meeting a
-//     plain limiter settles at about its rate. The cap goes when the 429s
-//     stop for ten seconds.
+//     for the same moment. The requests held are then let go at the rate
+//     the host was measured to accept (below), or else spread over at
+//     most a second, at the host's known rate (20 a second when unknown),
+//     in a spread whose end is fixed when the pause ends; requests that
+//     come later go at once. A pause lasts as long as the server asked,
+//     never longer.
+//   - 429s teach the host's rate. The requests in flight at a 429 that
+//     then succeed evenly spaced, as a limiter answers its queue
+//     (nginx's limit_req), measure the rate it accepts; so do the
+//     successes of the last second at a later 429. The host is then
+//     paced at 97% of that rate, so that the limiter's burst is left for
+//     jitter, for twenty seconds; then the cap grows, slowly at first,
+//     to find out whether the limit was raised, and goes once it has
+//     doubled (thirty seconds after the last 429). A 429 that gives no
+//     hint (no Retry-After, no exhausted quota) also pauses the host for
+//     a quarter of a second, and with nothing measured yet caps it at a
+//     guess that doubles every second until the next 429.
 //
 // A wait that cannot end before the request's context deadline or
 // [Options.MaxWait] is not started: Reserve returns a [*QuotaError] at

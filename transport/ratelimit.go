@@ -21,9 +21,10 @@ import (
 //     other quotas of the host go on.
 //   - A 429 or 503 with Retry-After pauses the whole host until the time
 //     the server named: every request to it, from every goroutine, waits
-//     for the same moment, and is then let go spread over at most a
-//     second rather than in one burst. A 429 with no hint slows the host
-//     down to the rate it accepts.
+//     for the same moment, and is then let go at the rate the host was
+//     measured to accept, or spread over at most a second, rather than
+//     in one burst. 429s teach the host's rate, and the host is paced
+//     just under it.
 //   - A wait that cannot end before the request's deadline or o.MaxWait
 //     is not started: RoundTrip returns at once an error matching
 //     [ratelimit.ErrQuotaExhausted], a [*ratelimit.QuotaError] that says
