@@ -76,10 +76,9 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 			return t.next.RoundTrip(req)
 		}
 	}
-	var now, dl time.Time
+	var now time.Time
 	if t.d > 0 {
 		now = time.Now()
-		dl = now.Add(t.d)
 	}
 	watchBody := t.idle > 0 && (t.mode == boundOperation || readMax > 0)
 	if pdl, ok := parent.Deadline(); ok && readMax <= 0 {
@@ -95,7 +94,7 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	op := &boundOp{}
 	c := &op.ctx
-	c.start(parent, t, dl, t.d)
+	c.start(parent, t, now)
 	op.req = *req.WithContext(c)
 	resp, err := t.next.RoundTrip(&op.req)
 	if err != nil || resp == nil {

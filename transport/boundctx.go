@@ -44,6 +44,9 @@ type boundCtx struct {
 	// while a Read is blocked. The timer reads it; Read only adds.
 	activity atomic.Uint64
 
+	ended  atomic.Bool // err is set: what release and cut read first, without the lock
+	wasCut atomic.Bool // cause is set
+
 	mu        sync.Mutex
 	fromParnt bool // the parent ended it
 	watched   bool // Done or AfterFunc was called: the timer runs
@@ -55,7 +58,7 @@ type boundCtx struct {
 	cause     error           // the cut that ended it; nil when the parent did, or on release
 	causeCtx  context.Context // a canceled context whose cause is cause, for context.Cause
 	timer     *time.Timer
-	dl        time.Time // the bound's own deadline, while dlArmed
+	begun     time.Time // when the bound began; its deadline is begun+b.d, while dlArmed
 	seen      uint64    // activity at the last tick
 	quiet     time.Time // since when activity has been seen unchanged (valid while idleArmed)
 	afters    []afterEntry
@@ -100,14 +103,14 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
-// start arms the bound's deadline (zero: none) and begins to follow the
-// parent. It is called once, before the context is shared. The timer
-// that enforces the deadline is made later, by watch.
-func (c *boundCtx) start(parent context.Context, b *bound, dl time.Time, d time.Duration) {
+// start arms the bound's deadline, b.d after now (b.d zero: none), and
+// begins to follow the parent. It is called once, before the context is
+// shared. The timer that enforces the deadline is made later, by watch.
+func (c *boundCtx) start(parent context.Context, b *bound, now time.Time) {
 	c.parent, c.b = parent, b
 	c.afters = c.inline[:0]
-	if d > 0 {
-		c.dl, c.dlArmed = dl, true
+	if b.d > 0 {
+		c.begun, c.dlArmed = now, true
 	}
 	// A parent bound is followed directly, without making it watch: it
 	// is watched when this context is.
@@ -145,7 +148,7 @@ func (c *boundCtx) parentDone() { c.end(c.parent.Err(), nil, true) }
 func (c *boundCtx) Deadline() (time.Time, bool) {
 	pdl, pok := c.parent.Deadline()
 	c.mu.Lock()
-	dl, armed := c.dl, c.dlArmed
+	dl, armed := c.deadline(), c.dlArmed
 	c.mu.Unlock()
 	if armed && (!pok || dl.Before(pdl)) {
 		return dl, true
@@ -194,8 +197,12 @@ func (c *boundCtx) Err() error {
 // context is not done yet, and no timer runs to end it because nothing
 // has waited for it.
 func (c *boundCtx) expiredLocked() bool {
-	return c.err == nil && !c.watched && c.dlArmed && !time.Now().Before(c.dl)
+	return c.err == nil && !c.watched && c.dlArmed && !time.Now().Before(c.deadline())
 }
+
+// deadline returns the bound's own deadline (meaningful while dlArmed).
+// It is computed when asked: a request that succeeds never asks.
+func (c *boundCtx) deadline() time.Time { return c.begun.Add(c.b.d) }
 
 // watchLocked starts the timer, now that something waits for the
 // context to end, and has the bounds it follows do the same.
@@ -311,12 +318,12 @@ func (c *boundCtx) end(err, cause error, fromParent bool) bool {
 		cc, cancel := context.WithCancelCause(context.Background())
 		cancel(cause)
 		c.causeCtx = cc
+		c.wasCut.Store(true)
 	}
+	c.ended.Store(true)
 	if d, _ := c.done.Load().(chan struct{}); d != nil {
 		close(d)
-	} else {
-		c.done.Store(closedChan)
-	}
+	} // else Done, asked later, finds err set and returns closedChan
 	if c.timer != nil {
 		c.timer.Stop()
 	}
@@ -338,7 +345,7 @@ func (c *boundCtx) end(err, cause error, fromParent bool) bool {
 // closed, or the round trip failed). It returns the cut that ended the
 // context before, if any.
 func (c *boundCtx) release() error {
-	if c.end(context.Canceled, nil, false) {
+	if !c.ended.Load() && c.end(context.Canceled, nil, false) {
 		return nil
 	}
 	return c.cut()
@@ -346,6 +353,9 @@ func (c *boundCtx) release() error {
 
 // cut returns the *DeadlineError that ended the context, or nil.
 func (c *boundCtx) cut() error {
+	if !c.wasCut.Load() {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.cause
@@ -385,7 +395,7 @@ func (c *boundCtx) rearmLocked(now time.Time) {
 		next = c.b.tick
 	}
 	if c.dlArmed {
-		if d := c.dl.Sub(now); next < 0 || d < next {
+		if d := c.deadline().Sub(now); next < 0 || d < next {
 			next = max(d, 0)
 		}
 	}
@@ -411,7 +421,7 @@ func (c *boundCtx) tick() {
 	}
 	var cut error
 	switch {
-	case c.dlArmed && !now.Before(c.dl):
+	case c.dlArmed && !now.Before(c.deadline()):
 		cut = c.b.dlErr
 	case c.idleArmed:
 		a := c.activity.Load()
@@ -431,11 +441,11 @@ func (c *boundCtx) tick() {
 }
 
 // startOf returns when the operation of ctx began, read off the bound
-// above when there is one (its deadline less its limit: the clock read
-// it made when it started), else off the clock.
+// above when there is one (the clock read it made when it started), else
+// off the clock.
 func startOf(ctx context.Context) time.Time {
 	if c, ok := ctx.(*boundCtx); ok && c.b.d > 0 {
-		return c.dl.Add(-c.b.d) // dl is written only before the context is shared
+		return c.begun // written only before the context is shared
 	}
 	return time.Now()
 }
