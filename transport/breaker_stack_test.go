@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,14 +172,15 @@ func TestNewRecoversAfterRestart(t *testing.T) {
 	srv := &http.Server{Handler: ok}
 	go srv.Serve(ln)
 
-	rt := transport.New(transport.Options{Timeout: 2 * time.Second})
+	breakers := transport.NewBreakers(transport.BreakerSettings{}) // the defaults, readable
+	rt := transport.New(transport.Options{Timeout: 2 * time.Second, Breakers: breakers})
 	client := &http.Client{Transport: rt}
 	defer client.CloseIdleConnections()
-	url := "http://" + addr + "/"
+	target := "http://" + addr + "/"
 	get := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 		resp, err := client.Do(req)
 		if err != nil {
 			return err
@@ -222,6 +224,11 @@ func TestNewRecoversAfterRestart(t *testing.T) {
 		})
 	}
 	time.Sleep(time.Second)
+	// The breaker is open, or half-open with a probe on its way: what
+	// follows measures how soon it lets callers through again.
+	if st := breakers.State(&url.URL{Scheme: "http", Host: addr}); st == transport.BreakerClosed {
+		t.Errorf("breaker %v after a second of refused dials, want open or half-open", st)
+	}
 	ln2, err := net.Listen("tcp", addr) // restarted on the same port
 	if err != nil {
 		close(stop)
