@@ -21,8 +21,7 @@ const (
 )
 
 // minStreakSpan is how long a busy host's run of failures must last to
-// open its breaker. Connections dialed together and hung by the same
-// fault time out together: a burst of failures that end within a few
+// open its breaker: a burst of failures that end within a few
 // milliseconds is one event, not evidence that the host is down.
 const minStreakSpan = 50 * time.Millisecond
 
@@ -35,13 +34,17 @@ const minStreakSpan = 50 * time.Millisecond
 // in a row, each sent after the one before it failed (requests in flight
 // together that fail together, such as connections hung by one fault,
 // are one failure of the run). A busy host opens when FailureRatio of the requests that
-// ended within Window failed, or when its last MinRequests requests all
-// failed over at least 50 ms (the host went down just now, and Window
-// still holds its successes from before; a burst of timeouts that end
-// together, from connections dialed together, is one event and does not
-// count as a run). So a busy client whose host fails 1% or even half of
-// its requests keeps its breaker closed, while one whose host fails
-// everything opens it within a few tens of requests.
+// ended within Window failed, or when MinRequests requests in a row
+// failed over at least 50 ms, each sent after the run's first failure
+// (the host went down just now, and Window still holds its successes
+// from before). Requests already in flight when a run begins do not
+// count in it: a burst of timeouts of requests sent before the first of
+// them ended (connections dialed together and hung by one fault, or every
+// request of a client held up by a stall) is one event, not evidence
+// that the host is down. So a busy client whose host fails 1% or even
+// half of its requests keeps its breaker closed, while one whose host
+// fails everything opens it within a few tens of requests (for a host
+// that hangs, one attempt's timeout after the first timeout).
 //
 // An open breaker refuses every request of its host, at once and
 // without sending it, with a [*CircuitOpenError] that matches

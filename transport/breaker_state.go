@@ -77,8 +77,9 @@ type circuit struct {
 	openUntil atomic.Int64  // since epoch: when an open circuit lets probes through
 
 	win        window.Counter // A: successes, B: failures; while closed
-	streak     atomic.Uint64  // failures in a row, while closed
+	streak     atomic.Uint64  // failures in a row, while closed, counting those sent after the run's first failure
 	streakFrom atomic.Int64   // since epoch: when the run's first failure ended
+	streakSeq  atomic.Uint64  // failSeq as the run's first failure left it
 	failSeq    atomic.Uint64  // failures counted while closed, ever
 	quietRun   atomic.Uint64  // failures in a row, each sent after the last one ended
 
@@ -131,7 +132,11 @@ func (e *circuit) open(now time.Duration) bool {
 // was sent. A failure that overlapped another (failSeq moved while it was
 // in flight) is part of one event, such as connections dialed together
 // and hung by one fault timing out together: it does not lengthen the
-// quiet host's run.
+// quiet host's run. A busy host's run counts the failures of requests
+// sent after its first failure: those already in flight then (every
+// request of a client that a stall held up, timing out one after the
+// other) neither lengthen it nor break it. Fresh requests that fail too
+// are the evidence that the host is down.
 func (e *circuit) record(gen uint64, v policy.HostVerdict, seq uint64) {
 	switch v {
 	case policy.HostHealthy:
@@ -152,11 +157,15 @@ func (e *circuit) record(gen uint64, v policy.HostVerdict, seq uint64) {
 			return
 		}
 		e.win.Add(int64(now), 0, 1)
-		if e.streak.Add(1) == 1 {
-			e.streakFrom.Store(int64(now))
-		}
-		if e.failSeq.Add(1)-1 == seq {
+		n := e.failSeq.Add(1)
+		if n-1 == seq {
 			e.quietRun.Add(1)
+		}
+		if e.streak.CompareAndSwap(0, 1) { // this failure starts a run
+			e.streakSeq.Store(n)
+			e.streakFrom.Store(int64(now))
+		} else if seq >= e.streakSeq.Load() { // sent after the run's first failure
+			e.streak.Add(1)
 		}
 		if e.tripped(now) {
 			e.trip(gen)

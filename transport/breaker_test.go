@@ -1069,6 +1069,64 @@ func TestBreakerBurstOfTimeoutsIsOneEvent(t *testing.T) {
 	})
 }
 
+// A stall holds up every request a busy client has in flight: 40 callers,
+// each sending one request every 100 ms, send theirs during a stall of
+// 100 ms, and each waits for it: they time out one after the other a
+// second later, 40 failures in a row over 100 ms with no success between
+// them. All were sent before the first of them failed: one event, and the
+// breaker stays closed. A host that keeps hanging fails the requests sent
+// after that first failure too, and opens it one attempt's timeout later.
+func TestBreakerStallIsOneEvent(t *testing.T) {
+	tests := []struct {
+		name     string
+		stall    time.Duration // requests sent within it, from 1s on, hang
+		wantOpen bool
+	}{
+		{"a stall of 100ms", 100 * time.Millisecond, false},
+		{"a host that keeps hanging", time.Hour, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				base := Func(func(r *http.Request) (*http.Response, error) {
+					if at := time.Since(start); at >= time.Second && at < time.Second+tt.stall {
+						<-r.Context().Done()
+						return nil, r.Context().Err()
+					}
+					return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+				})
+				var opened atomic.Int64 // since start
+				rt := Chain(base, Breaker(BreakerSettings{OnStateChange: func(_ string, _, to BreakerState) {
+					if to == BreakerOpen {
+						opened.CompareAndSwap(0, int64(time.Since(start)))
+					}
+				}}), Deadline(time.Second))
+				var wg sync.WaitGroup
+				for i := range 40 { // 400 requests a second: a busy host
+					wg.Go(func() {
+						time.Sleep(time.Duration(i) * 100 * time.Millisecond / 40)
+						for time.Since(start) < 4*time.Second {
+							breakerSend(t, rt, "http://api.test/")
+							time.Sleep(100 * time.Millisecond)
+						}
+					})
+				}
+				wg.Wait()
+				at := time.Duration(opened.Load())
+				if got := at != 0; got != tt.wantOpen {
+					t.Fatalf("opened = %v (at %v), want %v", got, at, tt.wantOpen)
+				}
+				// The first timeouts end at 2s; the requests sent after
+				// them, from 2.1s, time out from 3.1s.
+				if tt.wantOpen && at > 3200*time.Millisecond {
+					t.Errorf("opened at %v, want by 3.2s: one attempt's timeout after the first failures", at)
+				}
+			})
+		})
+	}
+}
+
 // Recovery does not slow down while the host stays down: every open
 // period lasts between Cooldown/2 and Cooldown, however many probes
 // failed, and callers are back within a Cooldown of the host's return.
