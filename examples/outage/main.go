@@ -253,6 +253,12 @@ func breakerNote(c config, b breakerStats) string {
 	s := fmt.Sprintf("sturdy's breakers (one per client process) opened %d times, first at %.2fs: open for up to %v (%s, jittered),\n"+
 		"then one probe; each failed probe reopens a breaker for as long again.",
 		b.opens, b.firstOpen.Seconds(), cooldown, which)
+	if n := b.beforeOpen + b.probes; n > 0 {
+		s += fmt.Sprintf("\nWhile the server was down, sturdy's %d client processes sent %s requests: %s before their breaker opened\n"+
+			"(a busy client's breaker waits for 20 failures in a row, its evidence that the host is down and not just failing\n"+
+			"some requests), and %s probes (one at a time per process, one per open period).",
+			c.Instances, thousands(n), thousands(b.beforeOpen), thousands(b.probes))
+	}
 	if b.closes > 0 {
 		s += fmt.Sprintf("\nThey closed again %d times, the last at %.2fs, %.2fs after the server came back.",
 			b.closes, b.lastClose.Seconds(), (b.lastClose - c.outageEnd()).Seconds())

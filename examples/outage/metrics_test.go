@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/policy"
 	"github.com/sturdyhttp/sturdy/transport"
 )
 
@@ -135,7 +136,7 @@ func TestThousands(t *testing.T) {
 }
 
 func TestBreakerLog(t *testing.T) {
-	l := &breakerLog{start: time.Now(), state: make(map[int]transport.BreakerState)}
+	l := newBreakerLog(time.Now(), config{})
 	steps := []struct {
 		process  int
 		from, to transport.BreakerState
@@ -156,6 +157,24 @@ func TestBreakerLog(t *testing.T) {
 	}
 	if !(got.firstOpen <= got.lastOpen && got.lastOpen <= time.Since(l.start)) {
 		t.Errorf("first open %v, last open %v: want first <= last <= now", got.firstOpen, got.lastOpen)
+	}
+}
+
+// The requests sent while the server was down are split by whether
+// their process's breaker had opened: before, and probes after.
+func TestBreakerLogAttempts(t *testing.T) {
+	// Now is 2s into the run, inside an outage from 1s to 3s.
+	l := newBreakerLog(time.Now().Add(-2*time.Second), config{OutageStart: time.Second, Outage: 2 * time.Second})
+	refused := &transport.CircuitOpenError{Key: "http://127.0.0.1:1", State: transport.BreakerOpen}
+	l.attempt(0)(policy.AttemptEvent{})                                  // sent now, before process 0's breaker opened
+	l.attempt(0)(policy.AttemptEvent{Duration: 1500 * time.Millisecond}) // sent at 0.5s, before the outage
+	l.hook(0)("http://127.0.0.1:1", transport.BreakerClosed, transport.BreakerOpen)
+	l.attempt(0)(policy.AttemptEvent{})             // a probe
+	l.attempt(1)(policy.AttemptEvent{Err: refused}) // refused: not sent
+	l.attempt(1)(policy.AttemptEvent{Status: 503})  // process 1's breaker never opened
+	got := l.result()
+	if got.beforeOpen != 2 || got.probes != 1 {
+		t.Errorf("before open, probes = %d, %d; want 2, 1", got.beforeOpen, got.probes)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-cleanhttp"
 
 	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/policy"
 	"github.com/sturdyhttp/sturdy/transport"
 )
 
@@ -127,14 +128,29 @@ type breakerStats struct {
 	closes    int           // changes back to closed
 	lastClose time.Duration // the latest change to closed; valid when closes > 0
 	openAtEnd int           // client processes whose breaker was not closed when the run ended
+
+	// Requests sturdy's clients sent while the server was down, split by
+	// whether their client process's breaker had opened since the outage
+	// began: before, the failures that are the breaker's evidence that
+	// the host is down; after, its probes (an open breaker sends nothing
+	// else).
+	beforeOpen, probes int64
 }
 
 // breakerLog collects breakerStats from several client processes.
 type breakerLog struct {
-	start time.Time
-	mu    sync.Mutex
-	stats breakerStats
-	state map[int]transport.BreakerState // by client process
+	start      time.Time
+	outageFrom time.Duration // the outage, from start
+	outageTo   time.Duration
+	mu         sync.Mutex
+	stats      breakerStats
+	state      map[int]transport.BreakerState // by client process
+	openedAt   map[int]time.Duration          // by client process: its breaker's first opening since the outage began
+}
+
+func newBreakerLog(start time.Time, c config) *breakerLog {
+	return &breakerLog{start: start, outageFrom: c.OutageStart, outageTo: c.outageEnd(),
+		state: make(map[int]transport.BreakerState), openedAt: make(map[int]time.Duration)}
 }
 
 // hook returns the OnBreakerStateChange hook of client process i.
@@ -144,6 +160,9 @@ func (l *breakerLog) hook(i int) func(string, transport.BreakerState, transport.
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.state[i] = to
+		if _, ok := l.openedAt[i]; !ok && to == transport.BreakerOpen && at >= l.outageFrom {
+			l.openedAt[i] = at
+		}
 		switch to {
 		case transport.BreakerOpen:
 			if l.stats.opens == 0 {
@@ -154,6 +173,28 @@ func (l *breakerLog) hook(i int) func(string, transport.BreakerState, transport.
 		case transport.BreakerClosed:
 			l.stats.closes++
 			l.stats.lastClose = at
+		}
+	}
+}
+
+// attempt returns the OnAttempt hook of client process i: it counts the
+// requests sent while the server was down, before and after the
+// process's breaker opened.
+func (l *breakerLog) attempt(i int) func(policy.AttemptEvent) {
+	return func(ev policy.AttemptEvent) {
+		if errors.Is(ev.Err, transport.ErrCircuitOpen) {
+			return // refused: nothing was sent
+		}
+		sent := time.Since(l.start) - ev.Duration
+		if sent < l.outageFrom || sent >= l.outageTo {
+			return
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if at, ok := l.openedAt[i]; ok && sent >= at {
+			l.stats.probes++
+		} else {
+			l.stats.beforeOpen++
 		}
 	}
 }
@@ -204,11 +245,11 @@ func run(ctx context.Context, c config, k kind) (result, error) {
 		srv.Serve(ln)
 	}()
 
-	breakers := &breakerLog{start: start, state: make(map[int]transport.BreakerState)}
+	breakers := newBreakerLog(start, c)
 	calls := make([]func(context.Context) op, c.Instances)
 	var closers []func()
 	for i := range calls {
-		call, closeIdle := newClient(c, k, url, breakers.hook(i))
+		call, closeIdle := newClient(c, k, url, breakers.hook(i), breakers.attempt(i))
 		calls[i] = call
 		closers = append(closers, closeIdle)
 	}
@@ -281,17 +322,19 @@ func pause(ctx context.Context, d time.Duration) bool {
 
 // newClient returns one client process of kind k: a function that runs
 // one operation against url, and one that closes its idle connections.
-// onBreaker observes sturdy's breaker; it changes nothing.
+// onBreaker and onAttempt observe sturdy's breaker and attempts; they
+// change nothing.
 // Every kind sends its attempts through its own
 // cleanhttp.DefaultPooledTransport, the base transport.New uses by
 // default, so the kinds differ only in how they retry.
-func newClient(c config, k kind, url string, onBreaker func(string, transport.BreakerState, transport.BreakerState)) (func(context.Context) op, func()) {
+func newClient(c config, k kind, url string, onBreaker func(string, transport.BreakerState, transport.BreakerState),
+	onAttempt func(policy.AttemptEvent)) (func(context.Context) op, func()) {
 	switch k {
 	case kindSturdy:
 		rt := transport.New(transport.Options{
 			Timeout: c.Deadline,
 			Breaker: transport.BreakerSettings{Cooldown: c.Cooldown}, // zero: the default
-			Hooks:   transport.Hooks{OnBreakerStateChange: onBreaker},
+			Hooks:   transport.Hooks{OnBreakerStateChange: onBreaker, OnAttempt: onAttempt},
 		})
 		hc := &http.Client{Transport: rt}
 		return func(ctx context.Context) op {
