@@ -11,17 +11,22 @@ import (
 // comparison (TestFaultProxyBreaker...): a busy client (Workers
 // goroutines, each starting at most one operation per Pace) whose every
 // attempt opens a connection of its own (RequestsPerConn 1), so that a
-// toxic dealt to a share of connections hits that share of attempts. A
-// short AttemptTimeout keeps a hang's cost low; it is still many times a
-// loopback round trip on a loaded machine.
+// toxic dealt to a share of connections hits that share of attempts.
+//
+// AttemptTimeout is long enough that a stall of the loaded machine (or
+// of the toxiproxy process starved of CPU, which the client cannot tell
+// from a host that stopped answering) must last two of them before the
+// breaker sees fresh requests fail: under -race on a busy 2-core
+// machine, stalls of 800 ms were seen, and with 300 ms per attempt the
+// breaker opened on them.
 var (
 	BreakerShort = Settings{
 		Workers:         16,
 		Pace:            40 * time.Millisecond,
 		RequestsPerConn: 1,
 		Ops:             200,
-		Deadline:        1500 * time.Millisecond,
-		Attempt:         250 * time.Millisecond,
+		Deadline:        2 * time.Second,
+		Attempt:         500 * time.Millisecond,
 		MinBody:         1 << 10,
 		MaxBody:         4 << 10,
 		Margin:          250 * time.Millisecond,
@@ -32,8 +37,8 @@ var (
 		Pace:            40 * time.Millisecond,
 		RequestsPerConn: 1,
 		Ops:             2000,
-		Deadline:        2 * time.Second,
-		Attempt:         300 * time.Millisecond,
+		Deadline:        3 * time.Second,
+		Attempt:         time.Second,
 		MinBody:         1 << 10,
 		MaxBody:         16 << 10,
 		Margin:          250 * time.Millisecond,
