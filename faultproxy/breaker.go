@@ -11,7 +11,13 @@ import (
 // comparison (TestFaultProxyBreaker...): a busy client (Workers
 // goroutines, each starting at most one operation per Pace) whose every
 // attempt opens a connection of its own (RequestsPerConn 1), so that a
-// toxic dealt to a share of connections hits that share of attempts.
+// toxic dealt to a share of connections hits that share of attempts. Each
+// client first sends 50 requests through the proxy before its toxics are
+// added (Warmup): the comparison is of a busy client whose host begins to
+// fail a share of its requests. (A breaker with fewer than MinRequests
+// outcomes in its window judges a host by them: a client that starts
+// against a host already failing half its requests meets 16 or more
+// failures in its first 20 outcomes, and opens, in one start of 170.)
 //
 // AttemptTimeout is long enough that a stall of the loaded machine (or
 // of the toxiproxy process starved of CPU, which the client cannot tell
@@ -31,6 +37,7 @@ var (
 		MaxBody:         4 << 10,
 		Margin:          250 * time.Millisecond,
 		QuietWait:       300 * time.Millisecond,
+		Warmup:          50,
 	}
 	BreakerLong = Settings{
 		Workers:         32,
@@ -43,6 +50,7 @@ var (
 		MaxBody:         16 << 10,
 		Margin:          250 * time.Millisecond,
 		QuietWait:       500 * time.Millisecond,
+		Warmup:          50,
 	}
 )
 

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,6 +55,14 @@ type Settings struct {
 	// connection before it closes it (UpstreamOptions.RequestsPerConn).
 	RequestsPerConn int
 	QuietWait       time.Duration // how long the upstream must be idle before counting
+	// Warmup, when positive, is how many requests the client sends
+	// through the proxy, Workers at a time, before the phase's toxics are
+	// added: it has been busy with a healthy host when the fault begins,
+	// as a service is (a breaker judges a client with no history by its
+	// first few outcomes). They are not operations of the run: the
+	// upstream answers them without a side effect or a record, and their
+	// connections are not counted.
+	Warmup int
 }
 
 // Phase is one fault and how many connections it hits.
@@ -104,7 +113,11 @@ func Run(ctx context.Context, tp *Toxiproxy, ph Phase, c Client, s Settings) (*R
 	defer up.Close()
 	// toxiproxy puts the name in its API's URLs: letters, digits, '.', '_' and '-' only.
 	name := strings.TrimPrefix(keyOf(fmt.Sprintf("%s-%s-%d", ph.Name, c.Name, time.Now().UnixNano())), "key-")
-	px, err := tp.Proxy(name, up.Addr, ph.Toxics)
+	toxics := ph.Toxics
+	if s.Warmup > 0 {
+		toxics = nil // added after the warm-up
+	}
+	px, err := tp.Proxy(name, up.Addr, toxics)
 	if err != nil {
 		return nil, err
 	}
@@ -112,6 +125,15 @@ func Run(ctx context.Context, tp *Toxiproxy, ph Phase, c Client, s Settings) (*R
 	url := "http://" + px.Listen + "/charges"
 
 	do, release := c.New(s)
+	var warmConns int64
+	if s.Warmup > 0 {
+		warmUp(ctx, do, "http://"+px.Listen+WarmupPath, s)
+		if err := addToxics(px, ph.Toxics); err != nil {
+			release()
+			return nil, err
+		}
+		warmConns = up.Conns()
+	}
 	ops := makeOps(ph.Name+"/"+c.Name, s)
 	start := time.Now()
 	work := make(chan *Op)
@@ -139,13 +161,36 @@ func Run(ctx context.Context, tp *Toxiproxy, ph Phase, c Client, s Settings) (*R
 	res := &Result{
 		Phase: ph.Name, Client: c.Name, Bare: c.Bare, Settings: s, Ops: ops,
 		Arrivals: up.Arrivals(), Effects: make(map[string]int), Charges: make(map[string]string),
-		Conns: up.Conns(), Elapsed: time.Since(start),
+		Conns: up.Conns() - warmConns, Elapsed: time.Since(start),
 	}
 	for _, op := range ops {
 		res.Effects[op.ID] = up.Effects(op.ID)
 		res.Charges[op.ID] = up.Charge(op.ID)
 	}
 	return res, nil
+}
+
+// warmUp sends s.Warmup GETs of url, s.Workers at a time, each inside
+// s.Deadline; what comes of them does not matter.
+func warmUp(ctx context.Context, do Doer, url string, s Settings) {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range min(s.Workers, s.Warmup) {
+		wg.Go(func() {
+			for next.Add(1) <= int64(s.Warmup) {
+				ctx, cancel := context.WithTimeout(ctx, s.Deadline)
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				if err == nil {
+					if resp, err := do(req); err == nil {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // makeOps makes a run's operations: bodies of random sizes and bytes,

@@ -184,13 +184,21 @@ func (tp *Toxiproxy) Proxy(name, upstream string, toxics []Toxic) (*toxiproxy.Pr
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: creating proxy %s: %w", name, err)
 	}
-	for _, tx := range toxics {
-		if _, err := p.AddToxic(tx.Name(), tx.Type, tx.Stream, tx.Toxicity, tx.Attributes); err != nil {
-			p.Delete()
-			return nil, fmt.Errorf("faultproxy: proxy %s: adding toxic %s: %w", name, tx.Name(), err)
-		}
+	if err := addToxics(p, toxics); err != nil {
+		p.Delete()
+		return nil, err
 	}
 	return p, nil
+}
+
+// addToxics adds toxics to the proxy p.
+func addToxics(p *toxiproxy.Proxy, toxics []Toxic) error {
+	for _, tx := range toxics {
+		if _, err := p.AddToxic(tx.Name(), tx.Type, tx.Stream, tx.Toxicity, tx.Attributes); err != nil {
+			return fmt.Errorf("faultproxy: proxy %s: adding toxic %s: %w", p.Name, tx.Name(), err)
+		}
+	}
+	return nil
 }
 
 // Toxic is one toxiproxy toxic: a fault applied to a share (Toxicity) of

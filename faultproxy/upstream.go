@@ -28,6 +28,11 @@ const (
 	DeadlineHeader = "X-Faultproxy-Deadline" // Unix nanoseconds
 )
 
+// WarmupPath is the path of the requests that warm a client up
+// (Settings.Warmup): the upstream answers them 204 at once, with no side
+// effect and no record.
+const WarmupPath = "/warmup"
+
 // Transit is the upstream's allowance for a request head's transit
 // (idempotency.DeadlineOptions.Transit): the slow uplink holds it up to
 // 100 ms, since toxiproxy's bandwidth toxic releases data in 100 ms
@@ -177,6 +182,10 @@ func (u *Upstream) record(next http.Handler, perConn int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n, ok := r.Context().Value(connKey{}).(*atomic.Int64); ok && perConn > 0 && n.Add(1) >= int64(perConn) {
 			w.Header().Set("Connection", "close")
+		}
+		if r.URL.Path == WarmupPath {
+			w.WriteHeader(http.StatusNoContent)
+			return
 		}
 		u.inflight.Add(1)
 		u.lastSeen.Store(time.Now().UnixNano())
