@@ -14,7 +14,7 @@ import (
 var sturdyVariants = []struct {
 	name     string
 	disable  transport.Layer
-	timeout  bool // Timeout: -1, no overall limit, instead of the 2 min default
+	timeout  bool // Timeout: -1, no overall limit, instead of the 10 min default
 	noBudget bool // DisableRetryBudget
 }{
 	{name: "all"},

@@ -79,7 +79,7 @@ func families(benchtime string) []family {
 			bench: "^BenchmarkSturdyLayers$",
 			args:  []string{"-test.benchtime=" + benchtime, "-test.benchmem"},
 			cols:  timeCols,
-			intro: "transport.New over the in-memory base with every layer (all), with one layer switched off in turn (no-X: X's cost is all minus no-X), and with none. ctx=background: a caller without a deadline, so New's default 2 min Timeout makes a context per operation; ctx=deadline: the caller's context has its own deadline, which Timeout leaves alone.",
+			intro: "transport.New over the in-memory base with every layer (all), with one layer switched off in turn (no-X: X's cost is all minus no-X), and with none. ctx=background: a caller without a deadline, so New's default 10 min Timeout makes a context per operation (and no timer unless something waits on it); ctx=deadline: the caller's context has its own deadline, which Timeout leaves alone.",
 		},
 		{
 			title: "4. Outage",
