@@ -25,6 +25,9 @@ const (
 	attrKey      = "sturdy.key"
 	attrFrom     = "sturdy.breaker.from"
 	attrTo       = "sturdy.breaker.to"
+	attrCopy     = "sturdy.hedge.copy"
+	attrElapsed  = "sturdy.hedge.elapsed"
+	attrProb     = "sturdy.throttle.probability"
 
 	msgAttempt         = "sturdy: attempt"
 	msgRetry           = "sturdy: retry"
@@ -32,11 +35,16 @@ const (
 	msgBreaker         = "sturdy: breaker state change"
 	msgRateLimitWait   = "sturdy: rate limit wait"
 	msgRateLimitReject = "sturdy: rate limit reject"
+	msgHedge           = "sturdy: hedge"
+	msgHedgeWon        = "sturdy: hedge won"
+	msgCopyCanceled    = "sturdy: copy canceled"
+	msgThrottle        = "sturdy: throttle"
 )
 
 // SlogHooks returns hooks that log every event of the stack to l: attempts
-// at Debug; retries and rate-limit waits at Info; give-ups, rate-limit
-// rejections and breakers opening at Warn; other breaker changes at Info.
+// and canceled hedge copies at Debug; retries, rate-limit waits, hedges
+// and their wins at Info; give-ups, rate-limit rejections, throttled
+// requests and breakers opening at Warn; other breaker changes at Info.
 // A nil l means [slog.Default]. An event at a level that l does not
 // enable costs only the enabled check.
 //
@@ -52,6 +60,10 @@ const (
 //	"sturdy: breaker state change"   sturdy.key, sturdy.breaker.from, sturdy.breaker.to
 //	"sturdy: rate limit wait"        sturdy.key, sturdy.wait, sturdy.reason
 //	"sturdy: rate limit reject"      sturdy.key, sturdy.wait, sturdy.reason
+//	"sturdy: hedge"                  sturdy.hedge.copy (2 for the first hedge), sturdy.hedge.elapsed
+//	"sturdy: hedge won"              sturdy.hedge.copy, sturdy.hedge.elapsed, http.response.status_code
+//	"sturdy: copy canceled"          sturdy.hedge.copy, sturdy.hedge.elapsed
+//	"sturdy: throttle"               sturdy.key, sturdy.throttle.probability
 //
 // Events of a request also carry http.request.method, server.address
 // (the request's host and port) and url.path.
@@ -102,6 +114,18 @@ func SlogHooks(l *slog.Logger) Hooks {
 		},
 		OnRateLimitReject: func(e ratelimit.RejectEvent) {
 			log(slog.LevelWarn, msgRateLimitReject, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
+		},
+		OnHedge: func(e policy.HedgeEvent) {
+			log(slog.LevelInfo, msgHedge, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
+		},
+		OnHedgeWon: func(e policy.HedgeEvent) {
+			log(slog.LevelInfo, msgHedgeWon, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed), slog.Int(attrStatus, e.Status))
+		},
+		OnCopyCanceled: func(e policy.HedgeEvent) {
+			log(slog.LevelDebug, msgCopyCanceled, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
+		},
+		OnThrottle: func(e ThrottleEvent) {
+			log(slog.LevelWarn, msgThrottle, e.Request, slog.String(attrKey, e.Host), slog.Float64(attrProb, e.Probability))
 		},
 	}
 }

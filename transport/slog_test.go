@@ -41,6 +41,18 @@ func TestSlogHooks(t *testing.T) {
 		{"rate limit reject", func(h Hooks) {
 			h.OnRateLimitReject(ratelimit.RejectEvent{Request: req, Key: "https://api.test:8443", Wait: time.Minute, Reason: ratelimit.ReasonRetryAfter})
 		}, "WARN", map[string]any{"msg": msgRateLimitReject, attrKey: "https://api.test:8443", attrWait: 6e10, attrReason: "retry-after"}},
+		{"hedge", func(h Hooks) {
+			h.OnHedge(policy.HedgeEvent{Request: req, Copy: 2, Elapsed: 40 * time.Millisecond})
+		}, "INFO", map[string]any{"msg": msgHedge, attrCopy: 2.0, attrElapsed: 4e7}},
+		{"hedge won", func(h Hooks) {
+			h.OnHedgeWon(policy.HedgeEvent{Request: req, Copy: 2, Elapsed: 55 * time.Millisecond, Status: 200})
+		}, "INFO", map[string]any{"msg": msgHedgeWon, attrCopy: 2.0, attrElapsed: 5.5e7, attrStatus: 200.0}},
+		{"copy canceled", func(h Hooks) {
+			h.OnCopyCanceled(policy.HedgeEvent{Request: req, Copy: 1, Elapsed: 55 * time.Millisecond})
+		}, "DEBUG", map[string]any{"msg": msgCopyCanceled, attrCopy: 1.0, attrElapsed: 5.5e7}},
+		{"throttle", func(h Hooks) {
+			h.OnThrottle(ThrottleEvent{Request: req, Host: "https://api.test:8443", Probability: 0.25})
+		}, "WARN", map[string]any{"msg": msgThrottle, attrKey: "https://api.test:8443", attrProb: 0.25}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
