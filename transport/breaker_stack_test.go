@@ -264,3 +264,87 @@ func TestNewRecoversAfterRestart(t *testing.T) {
 	}
 	t.Logf("first success %v after the restart; %d calls failed fast while it was down", firstOK.Sub(listening).Round(time.Millisecond), refused)
 }
+
+// What a busy client sends to a host that is down is the breaker's
+// evidence, then its probes: 30 callers, each one GET every 100 ms,
+// against a host that answers 503 from 1s to 3.5s. Before the breaker
+// opens, about MinRequests (20) failed requests; after, one probe at a
+// time, one per open period of Cooldown/2 to Cooldown (100-200 ms); and
+// the first success within a Cooldown of the host's return. (This is the
+// floor under examples/outage's "during the outage" figure: 10 client
+// processes send ten times this.)
+func TestNewOutageSendsEvidenceThenProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			down     = time.Second
+			up       = 3500 * time.Millisecond
+			callers  = 30
+			cooldown = transport.DefaultBreakerCooldown
+		)
+		start := time.Now()
+		var before, probes atomic.Int64 // requests the host got while down
+		var opened atomic.Int64         // since start, of the first open
+		n := httptestutil.NewNetwork()
+		srv := n.Serve("api.test:80", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if at := time.Since(start); at >= down && at < up {
+				if o := opened.Load(); o != 0 && at >= time.Duration(o) {
+					probes.Add(1)
+				} else {
+					before.Add(1)
+				}
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			w.Write([]byte("ok"))
+		}))
+		defer srv.Close()
+		base := n.Transport()
+		defer base.CloseIdleConnections()
+		client := &http.Client{Transport: transport.New(transport.Options{Base: base, Timeout: 2 * time.Second,
+			Hooks: transport.Hooks{OnBreakerStateChange: func(_ string, _, to transport.BreakerState) {
+				if to == transport.BreakerOpen {
+					opened.CompareAndSwap(0, int64(time.Since(start)))
+				}
+			}}})}
+		var mu sync.Mutex
+		var firstOK time.Duration
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * 100 * time.Millisecond / callers)
+				for time.Since(start) < 5*time.Second {
+					resp, err := client.Get("http://api.test/")
+					if err == nil {
+						resp.Body.Close()
+						if at := time.Since(start); resp.StatusCode == http.StatusOK && at >= up {
+							mu.Lock()
+							if firstOK == 0 || at < firstOK {
+								firstOK = at
+							}
+							mu.Unlock()
+						}
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+		o := time.Duration(opened.Load())
+		t.Logf("opened %v after the host went down; the host got %d requests before, %d probes after; first success %v after its return",
+			o-down, before.Load(), probes.Load(), firstOK-up)
+		if o == 0 || o-down > time.Second {
+			t.Fatalf("opened at %v, want within a second of %v", o, down)
+		}
+		// The evidence: 20 failures in a row, and whatever was in flight.
+		if got, want := before.Load(), int64(30); got > want {
+			t.Errorf("requests before the breaker opened = %d, want at most %d", got, want)
+		}
+		// One probe per open period, each at least Cooldown/2 long.
+		if got, want := probes.Load(), int64((up-o)/(cooldown/2))+1; got > want {
+			t.Errorf("probes while down = %d, want at most %d (one per %v at least)", got, want, cooldown/2)
+		}
+		if firstOK == 0 || firstOK-up > cooldown {
+			t.Errorf("first success %v after the host's return, want within %v", firstOK-up, cooldown)
+		}
+	})
+}
