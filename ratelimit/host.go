@@ -148,16 +148,17 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		return verdict{until: until, reason: ReasonQuota}
 	}
 	// A measured rate releases the requests a pause held by itself.
-	if !a.released && !(h.thr.on(now) && !h.thr.guess) {
+	if !a.released && !(h.thr.on(now) && h.thr.measured()) {
 		a.released = true
 		if slot, ok := h.releaseSlot(now, set, a.waited); ok && slot.After(now) {
 			res.releasedAt = slot
 			return verdict{until: slot, reason: ReasonReleaseRate, own: true}
 		}
 	}
-	if h.thr.on(now) && (!a.paced || a.epoch != h.thr.pace.epoch) {
-		// A slot taken before a pause or a new rate is void: take
-		// another on the new schedule.
+	if h.thr.on(now) && (!a.paced || a.epoch != h.thr.pace.epoch || now.Sub(res.pacedAt) > h.thr.pace.interval) {
+		// A slot taken before a pause is void, and so is one woken up
+		// late (a stalled process): take another on the schedule rather
+		// than go in a burst with the other late ones.
 		a.paced, a.epoch = true, h.thr.pace.epoch
 		slot := h.thr.pace.reserve(now)
 		res.pacedAt = slot

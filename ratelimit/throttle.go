@@ -6,29 +6,29 @@ import "time"
 // a path's capacity from its losses, and keeps just under it, as TCP
 // CUBIC keeps a plateau below the window of its last loss.
 //
-// The first 429 caps the host at a guess: the successes it answered over
-// the last second less throttleCut, or DefaultReleaseRate without a
-// second of history. A guess grows by one request a second per success
-// (it doubles every second at full use) until the next 429, which cuts
-// it to a measure.
+// The rate a limiter accepts is measured by the requests in flight when
+// a 429 came back that then succeed: a limiter that queues rather than
+// refuses (nginx's limit_req without nodelay) answers its queue one
+// request per interval of its rate, so when throttleEvenN of them come
+// back evenly spaced (no gap under a millisecond or over three times
+// another), their spacing is the limiter's rate M. The host is then held
+// at throttleBelow·M, just under the limit so that the limiter's burst
+// is kept for jitter, for throttlePlateau; then the cap grows, slowly at
+// first (quadratically in time, doubling after another throttleRamp),
+// to find out whether the limit was raised, and goes once it has doubled.
 //
-// The rate a limiter accepts is measured two ways. Best, by the requests
-// in flight when a 429 came back that then succeed: a limiter that
-// queues rather than refuses (nginx's limit_req without nodelay)
-// answers its queue one request per interval of its rate, so when
-// throttleEvenN of them come back evenly spaced (no gap under a
-// millisecond or over three times another), their spacing is the
-// limiter's rate. Otherwise, a 429 after the first measures the
-// successes of the last second.
+// Without a measure, the rate is learned as TCP does: the first 429
+// caps the host at a guess (the successes of the last second less
+// throttleCut, or DefaultReleaseRate without a second of history) that
+// grows by one request a second per success (it doubles every second at
+// full use); each later 429 cuts the rate by throttleCut, and each
+// success raises it by throttleGrowth (about 5% a second at full use),
+// up to the plateau of the last measure if there is one. Such a cap goes
+// after throttleForget without a 429.
 //
-// A measured rate M caps the host at throttleBelow·M, just under the
-// limit so that the limiter's burst is kept for jitter, and holds the
-// cap there for throttlePlateau; then the cap grows, slowly at first
-// (quadratically in time, doubling after another throttleRamp), to find
-// out whether the limit was raised. A 429 sets the cap again; a cap that
-// reaches twice its plateau is removed, as is a guess after
-// throttleForget without a 429. 429s with Retry-After pause the host as
-// asked, and teach the rate as well.
+// A 429 of a request sent before the last cut says nothing new. 429s
+// with Retry-After pause the host as asked and teach the rate as well,
+// but a guess caps the host only from the second of them.
 
 const (
 	// throttlePause is how long a host pauses after a 429 that names no
@@ -36,6 +36,9 @@ const (
 	throttlePause = 250 * time.Millisecond
 	// throttleCut is the multiplicative decrease of a rate at a 429.
 	throttleCut = 0.9
+	// throttleGrowth is the additive increase per success, as a fraction
+	// of a request a second per request a second of rate.
+	throttleGrowth = 0.05
 	// throttleBelow is the fraction of a measured rate the cap keeps.
 	throttleBelow = 0.97
 	// throttlePlateau is how long a measured cap holds before it grows.
@@ -45,7 +48,8 @@ const (
 	// throttleEvenN is how many evenly spaced successes of requests in
 	// flight at a 429 measure a limiter's rate.
 	throttleEvenN = 4
-	// throttleForget is how long a guess lasts without a 429.
+	// throttleForget is how long a cap that is not a measure lasts
+	// without a 429.
 	throttleForget = 10 * time.Second
 	// minThrottleRate is the lowest rate a cut goes to, requests a second:
 	// pacing at it costs a lone request at most a second.
@@ -57,13 +61,20 @@ const (
 	maxOwnWait = time.Second
 )
 
+// The ways a throttle's rate changes between 429s.
+const (
+	growGuess = iota // a guess: doubles every second
+	growAIMD         // cut by a 429: grows throttleGrowth, up to plateau
+	growHeld         // a measure: holds, then probes
+)
+
 // throttle is a host's learned rate. h.mu guards it.
 type throttle struct {
-	rate    float64   // requests a second; 0 when there is no cap
-	guess   bool      // rate is a guess, not a measure
-	plateau float64   // the measured cap that rate grows from
-	cut     time.Time // when a 429 last set the rate
-	set     time.Time // when the rate was last set, by a 429 or a measure
+	rate    float64 // requests a second; 0 when there is no cap
+	grow    uint8
+	plateau float64   // throttleBelow·the last measure; 0 when none
+	cut     time.Time // when a 429 last cut the rate
+	set     time.Time // when the rate was last held at its plateau
 	last429 time.Time
 	pace    pacer
 	drain   drain // successes since cut of requests sent before it
@@ -78,16 +89,16 @@ type throttle struct {
 func (t *throttle) on(now time.Time) bool {
 	switch {
 	case t.rate == 0:
-	case t.guess:
+	case t.grow != growHeld:
 		if now.Sub(t.last429) > throttleForget {
-			t.rate, t.guess = 0, false
+			t.rate, t.plateau = 0, 0
 		}
 	default:
 		if s := now.Sub(t.set) - throttlePlateau; s > 0 {
 			x := s.Seconds() / throttleRamp.Seconds()
 			t.rate = t.plateau * (1 + x*x)
 			if t.rate >= 2*t.plateau {
-				t.rate = 0
+				t.rate, t.plateau = 0, 0
 			} else {
 				t.pace.setRate(t.rate)
 			}
@@ -96,9 +107,12 @@ func (t *throttle) on(now time.Time) bool {
 	return t.rate > 0
 }
 
-// measured returns the successes a second over the last second, and
+// measured reports whether the cap in force is held at a measure.
+func (t *throttle) measured() bool { return t.rate > 0 && t.grow == growHeld }
+
+// lastSecond returns the successes a second over the last second, and
 // false without a second of history.
-func (t *throttle) measured(now time.Time) (float64, bool) {
+func (t *throttle) lastSecond(now time.Time) (float64, bool) {
 	t.roll(now)
 	if t.since.IsZero() || now.Sub(t.since) < time.Second {
 		return 0, false
@@ -131,36 +145,43 @@ func (t *throttle) success(now, sent time.Time) {
 	if sent.Before(t.cut) && (on || now.Sub(t.cut) < throttleForget) {
 		t.drain.add(now)
 		if m, ok := t.drain.rate(); ok {
-			t.measure(now, m)
+			t.plateau = max(m*throttleBelow, minThrottleRate)
+			t.hold(now)
 		}
 		return
 	}
-	if on && t.guess {
-		t.rate++ // a guess doubles a second until the next 429
+	switch {
+	case !on:
+	case t.grow == growGuess:
+		t.rate++
 		t.pace.setRate(t.rate)
+	case t.grow == growAIMD:
+		t.rate += throttleGrowth
+		if t.plateau > 0 && t.rate >= t.plateau {
+			t.hold(now)
+		} else {
+			t.pace.setRate(t.rate)
+		}
 	}
 }
 
-// measure caps the rate just under m, a measure of the rate the host
-// accepts.
-func (t *throttle) measure(now time.Time, m float64) {
-	t.rate = max(m*throttleBelow, minThrottleRate)
-	t.plateau, t.guess, t.set = t.rate, false, now
+// hold holds the rate at its plateau from now.
+func (t *throttle) hold(now time.Time) {
+	t.rate, t.grow, t.set = t.plateau, growHeld, now
 	t.pace.setRate(t.rate)
 }
 
 // tooMany records a 429 of a request let through at sent, and reports
-// whether it set the rate (a 429 of a request sent before the last one
-// that did says nothing new). asked is set when the 429 named its wait
-// (Retry-After): the host pauses as asked, and is capped only by a
-// measure, never by a guess.
+// whether it cut the rate (a 429 of a request sent before the last cut
+// says nothing new). asked is set when the 429 named its wait
+// (Retry-After): the host pauses as asked, and a guess caps it only from
+// the second such 429.
 func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 	t.last429 = now
 	if sent.Before(t.cut) {
 		return false
 	}
-	m, ok := t.measured(now)
-	switch {
+	switch m, ok := t.lastSecond(now); {
 	case t.rate == 0 && asked && (t.cut.IsZero() || now.Sub(t.cut) > throttleForget):
 		// The drain of the requests in flight may measure the rate; if
 		// not, the next such 429 caps the host with a guess.
@@ -169,16 +190,17 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 	case t.rate == 0 && ok && m > 0:
 		// What the host accepted over the last second, a floor to probe
 		// up from: the client may not have been sending at the limit.
-		t.rate, t.guess = m*throttleCut, true
+		t.rate, t.grow = m*throttleCut, growGuess
 	case t.rate == 0:
-		t.rate, t.guess = float64(DefaultReleaseRate), true
-	case ok && m > 0:
-		t.measure(now, min(t.rate*throttleCut/throttleBelow, m))
+		t.rate, t.grow = float64(DefaultReleaseRate), growGuess
 	default:
-		t.measure(now, t.rate*throttleCut/throttleBelow)
+		if t.grow == growAIMD {
+			t.plateau = 0 // a second cut without a measure: the plateau is stale
+		}
+		t.rate, t.grow = t.rate*throttleCut, growAIMD
 	}
 	t.rate = max(t.rate, minThrottleRate)
-	t.cut, t.set = now, now
+	t.cut = now
 	t.drain = drain{}
 	t.pace.setRate(t.rate)
 	return true
@@ -217,7 +239,7 @@ func (d *drain) rate() (float64, bool) {
 // pacer spaces requests at a rate, as a virtual schedule (GCRA): each
 // reservation takes the next slot; a cancelled one gives it back when no
 // later slot was taken. A restart voids every slot taken: their holders
-// take new ones.
+// take new ones, as do holders woken more than an interval late.
 type pacer struct {
 	interval time.Duration
 	next     time.Time // the next free slot

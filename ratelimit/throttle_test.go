@@ -27,14 +27,15 @@ func TestThrottleDrain(t *testing.T) {
 		asked     bool            // the 429 had Retry-After
 		successes []time.Duration // after the 429, of requests sent before it
 		wantRate  float64         // 0: no cap
-		wantGuess bool
+		wantHeld  bool            // the rate is a measure
 	}{
-		{"a queue answered at 100/s", false, ms(10, 20, 30, 40, 50), 97, false},
-		{"a queue answered at 20/s, Retry-After", true, ms(50, 100, 150, 200, 250), 19.4, false},
-		{"a queue with jitter", false, ms(9, 21, 29, 42, 50), 0.97 * 4 / 0.041, false},
-		{"answered at once (token bucket)", false, ms(5, 5, 5, 5, 5), float64(DefaultReleaseRate), true},
+		{"a queue answered at 100/s", false, ms(10, 20, 30, 40, 50), 97, true},
+		{"a queue answered at 20/s, Retry-After", true, ms(50, 100, 150, 200, 250), 19.4, true},
+		{"a queue with jitter", false, ms(9, 21, 29, 42, 50), 0.97 * 4 / 0.041, true},
+		{"answered at once (token bucket)", false, ms(5, 5, 5, 5, 5), float64(DefaultReleaseRate), false},
 		{"answered at once, Retry-After", true, ms(5, 5, 5, 5, 5), 0, false},
-		{"uneven latencies", false, ms(5, 45, 55, 150), float64(DefaultReleaseRate), true},
+		{"uneven latencies", false, ms(5, 45, 55, 150), float64(DefaultReleaseRate), false},
+		{"a stall, then a clump", false, ms(4, 183, 183, 183, 183), float64(DefaultReleaseRate), false},
 		{"too few", true, ms(10, 20, 30), 0, false},
 	} {
 		var th throttle
@@ -47,8 +48,8 @@ func TestThrottleDrain(t *testing.T) {
 		if th.on(now) {
 			got = th.rate
 		}
-		if math.Abs(got-tc.wantRate) > 0.01 || th.guess != tc.wantGuess {
-			t.Errorf("%s: rate %.2f (guess %v), want %.2f (guess %v)", tc.name, got, th.guess, tc.wantRate, tc.wantGuess)
+		if math.Abs(got-tc.wantRate) > 0.01 || th.measured() != tc.wantHeld {
+			t.Errorf("%s: rate %.2f (measured %v), want %.2f (measured %v)", tc.name, got, th.measured(), tc.wantRate, tc.wantHeld)
 		}
 	}
 }
@@ -84,24 +85,23 @@ func TestThrottlePlateau(t *testing.T) {
 		}
 	}
 
-	// A 429 of a probe at 25 s sets the cap from the last second's
-	// successes (here 110), and holds it again.
+	// A 429 of the probe at 25 s cuts the rate by 10%; it grows back
+	// to the plateau and holds there again (no drain measured a new one).
 	var th2 throttle
 	th2.tooMany(t0, t0, false)
 	for i := range 5 {
 		th2.success(t0.Add(time.Duration(10*(i+1))*time.Millisecond), time.Time{})
 	}
-	for i := range 110 {
-		th2.success(t0.Add(24*time.Second+time.Duration(i)*time.Second/110), t0.Add(time.Second))
-	}
-	at := t0.Add(25 * time.Second)
+	at := measured.Add(25 * time.Second)
+	th2.on(at)
 	th2.tooMany(at, at, false)
-	for _, step := range []struct {
-		at   time.Duration
-		want float64
-	}{{26 * time.Second, 0.97 * 110}, {44 * time.Second, 0.97 * 110}} {
-		if got := th2.rate; !th2.on(t0.Add(step.at)) || math.Abs(got-step.want) > 0.5 {
-			t.Errorf("after the probe's 429, at %v: rate %.2f, want %.2f", step.at, got, step.want)
+	if want := 97 * 1.25 * throttleCut; math.Abs(th2.rate-want) > 0.01 {
+		t.Errorf("the probe's 429: rate %.2f, want %.2f", th2.rate, want)
+	}
+	th2.success(at.Add(time.Millisecond), at)
+	for _, d := range []time.Duration{time.Second, 19 * time.Second} {
+		if !th2.on(at.Add(d)) || th2.rate != 97 {
+			t.Errorf("%v after the probe's 429: rate %.2f, want 97", d, th2.rate)
 		}
 	}
 }
@@ -126,8 +126,8 @@ func TestThrottleRetryAfterAlone(t *testing.T) {
 	}
 	at2 := at.Add(2 * time.Second)
 	th.tooMany(at2, at2, true)
-	if !th.on(at2) || !th.guess {
-		t.Errorf("a second 429 with Retry-After: rate %v (guess %v), want a guess", th.rate, th.guess)
+	if !th.on(at2) || th.grow != growGuess {
+		t.Errorf("a second 429 with Retry-After: rate %v (grow %v), want a guess", th.rate, th.grow)
 	}
 }
 
