@@ -155,7 +155,7 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			return verdict{until: slot, reason: ReasonReleaseRate, own: true}
 		}
 	}
-	if h.thr.on(now) && (!a.paced || a.epoch != h.thr.pace.epoch || now.Sub(res.pacedAt) > h.thr.pace.interval) {
+	if h.thr.on(now) && (!a.paced || a.epoch != h.thr.pace.epoch || h.thr.pace.late(res.pacedAt, now)) {
 		// A slot taken before a pause is void, and so is one woken up
 		// late (a stalled process): take another on the schedule rather
 		// than go in a burst with the other late ones.

@@ -1,6 +1,9 @@
 package ratelimit
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // This file learns the rate a host accepts from its 429s, as TCP learns
 // a path's capacity from its losses, and keeps just under it, as TCP
@@ -10,8 +13,8 @@ import "time"
 // a 429 came back that then succeed: a limiter that queues rather than
 // refuses (nginx's limit_req without nodelay) answers its queue one
 // request per interval of its rate, so when throttleEvenN of them come
-// back evenly spaced (no gap under a millisecond or over three times
-// another), their spacing is the limiter's rate M. The host is then held
+// back evenly spaced (see drain.rate), their spacing is the limiter's
+// rate M. The host is then held
 // at throttleBelow·M, just under the limit so that the limiter's burst
 // is kept for jitter, for throttlePlateau; then the cap grows, slowly at
 // first (quadratically in time, doubling after another throttleRamp),
@@ -51,6 +54,9 @@ const (
 	// throttleForget is how long a cap that is not a measure lasts
 	// without a 429.
 	throttleForget = 10 * time.Second
+	// paceLate is how many intervals late a paced request may go in
+	// its slot; later, it takes another.
+	paceLate = 3
 	// minThrottleRate is the lowest rate a cut goes to, requests a second:
 	// pacing at it costs a lone request at most a second.
 	minThrottleRate = 1
@@ -206,40 +212,57 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 	return true
 }
 
-// drain is the spacing of a run of successes.
+// drain is the spacing of a run of successes: its first gaps.
 type drain struct {
-	n              int
-	first, last    time.Time
-	minGap, maxGap time.Duration
+	n    int // successes
+	last time.Time
+	gaps [8]time.Duration
 }
 
 func (d *drain) add(now time.Time) {
-	if d.n == 0 {
-		d.first = now
-	} else {
-		g := now.Sub(d.last)
-		if d.n == 1 || g < d.minGap {
-			d.minGap = g
-		}
-		d.maxGap = max(d.maxGap, g)
+	if d.n > 0 && d.n <= len(d.gaps) {
+		d.gaps[d.n-1] = now.Sub(d.last)
 	}
 	d.last = now
 	d.n++
 }
 
-// rate returns the rate of the run, and false when it is too short or
-// too uneven to be a limiter's pace.
+// rate returns the rate of the run, one a median gap, and false when the
+// run is too short or too uneven to be a limiter's pace: fewer than
+// throttleEvenN successes, a median gap under a millisecond, fewer than
+// two gaps within a quarter of it, or a mean gap over a third away from
+// it. A success that comes late (a stalled reader) lengthens one gap and
+// shortens the next, which the median ignores.
 func (d *drain) rate() (float64, bool) {
-	if d.n < throttleEvenN || d.minGap < time.Millisecond || d.maxGap > 3*d.minGap {
+	if d.n < throttleEvenN {
 		return 0, false
 	}
-	return float64(d.n-1) / d.last.Sub(d.first).Seconds(), true
+	var buf [len(d.gaps)]time.Duration
+	g := buf[:copy(buf[:], d.gaps[:min(d.n-1, len(d.gaps))])]
+	slices.Sort(g)
+	med := g[len(g)/2]
+	if len(g)%2 == 0 {
+		med = (g[len(g)/2-1] + med) / 2
+	}
+	var near int
+	var sum time.Duration
+	for _, x := range g {
+		if x >= med*3/4 && x <= med*5/4 {
+			near++
+		}
+		sum += x
+	}
+	mean := sum / time.Duration(len(g))
+	if med < time.Millisecond || near < 2 || mean < med*2/3 || mean > med*4/3 {
+		return 0, false
+	}
+	return float64(time.Second) / float64(med), true
 }
 
 // pacer spaces requests at a rate, as a virtual schedule (GCRA): each
 // reservation takes the next slot; a cancelled one gives it back when no
 // later slot was taken. A restart voids every slot taken: their holders
-// take new ones, as do holders woken more than an interval late.
+// take new ones, as do holders woken more than paceLate intervals late.
 type pacer struct {
 	interval time.Duration
 	next     time.Time // the next free slot
@@ -264,6 +287,14 @@ func (p *pacer) reserve(now time.Time) time.Time {
 	}
 	p.next = slot.Add(p.interval)
 	return slot
+}
+
+// late reports whether a request woken at now for slot is so late that
+// going now could make a burst with the others woken late (a process
+// that stalled): more than paceLate intervals. A little late goes, so
+// that the schedule does not lose a slot to every late wake-up.
+func (p *pacer) late(slot, now time.Time) bool {
+	return now.Sub(slot) > paceLate*p.interval
 }
 
 // cancel gives back slot, if it is the last one taken.

@@ -31,7 +31,10 @@ func TestThrottleDrain(t *testing.T) {
 	}{
 		{"a queue answered at 100/s", false, ms(10, 20, 30, 40, 50), 97, true},
 		{"a queue answered at 20/s, Retry-After", true, ms(50, 100, 150, 200, 250), 19.4, true},
-		{"a queue with jitter", false, ms(9, 21, 29, 42, 50), 0.97 * 4 / 0.041, true},
+		{"a queue with jitter", false, ms(9, 21, 29, 42, 50), 97, true},
+		// Two drains that nginx's queue at 100/s gave a loaded process.
+		{"a queue read late, then in a clump", false, ms(3, 18, 23, 29, 39, 49), 97, true},
+		{"a queue whose last answer is read late", false, ms(10, 20, 30, 39, 56), 97, true},
 		{"answered at once (token bucket)", false, ms(5, 5, 5, 5, 5), float64(DefaultReleaseRate), false},
 		{"answered at once, Retry-After", true, ms(5, 5, 5, 5, 5), 0, false},
 		{"uneven latencies", false, ms(5, 45, 55, 150), float64(DefaultReleaseRate), false},
@@ -179,4 +182,49 @@ func TestTrackerPauseReleasedAtMeasuredRate(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestPacer: slots one interval apart from now or the last one taken; a
+// cancel gives back the last; a restart starts the schedule anew; a slot
+// woken more than paceLate intervals late is to be taken again.
+func TestPacer(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	var p pacer
+	p.setRate(100) // 10 ms
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for i, step := range []struct {
+		op   string
+		now  int // ms
+		want int // ms: the slot, or 1 for true
+	}{
+		{"reserve", 0, 0},
+		{"reserve", 0, 10},
+		{"reserve", 5, 20},
+		{"cancel 20", 5, 20}, // next is 20 again
+		{"reserve", 5, 20},
+		{"reserve", 100, 100},
+		{"restart 500", 100, 500},
+		{"reserve", 100, 500},
+		{"late 500", 530, 0},
+		{"late 500", 531, 1},
+	} {
+		var got int
+		switch step.op {
+		case "reserve":
+			got = int(p.reserve(at(step.now)).Sub(t0) / time.Millisecond)
+		case "cancel 20":
+			p.cancel(at(20))
+			got = int(p.next.Sub(t0) / time.Millisecond)
+		case "restart 500":
+			p.restart(at(500))
+			got = int(p.next.Sub(t0) / time.Millisecond)
+		case "late 500":
+			if p.late(at(500), at(step.now)) {
+				got = 1
+			}
+		}
+		if got != step.want {
+			t.Errorf("step %d: %s at %d ms = %d, want %d", i, step.op, step.now, got, step.want)
+		}
+	}
 }

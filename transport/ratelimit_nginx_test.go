@@ -254,7 +254,7 @@ func runNginx(c nginxClient, url string, d time.Duration) nginxResult {
 // a naive retry loop, 20 goroutines for 20 s each, reports sturdy against
 // the issue's targets (429s under 5% of attempts, successful operations
 // within 10% of the limit) and fails on a regression from the measured
-// table.
+// table. STURDY_NGINX_ONLY=sturdy runs sturdy's rows only.
 func TestRateLimitAwareAgainstNginx(t *testing.T) {
 	bin := nginxBinary(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -268,14 +268,14 @@ func TestRateLimitAwareAgainstNginx(t *testing.T) {
 		r := runNginx(nginxClients[0], url, 3*time.Second)
 		t.Logf("%s: %d attempts, %d 429s (%.1f%%), %.1f ok/s", r.client, r.attempts, r.tooMany, r.pct, r.okPerS)
 		// 3 s of a 20 r/s limit: the first burst of 20 goroutines meets
-		// 14 or so 429s, and the first cuts of the learned rate some more
-		// (26 to 36 of about 95 attempts on the shared VM); from then on
-		// the client keeps the pace. A bare client gets over 99%.
-		if r.pct >= 60 {
-			t.Errorf("429s = %.1f%% of attempts, want under 60%% (a bare client gets over 99%%)", r.pct)
+		// 14 429s (of about 74 attempts), before anything is known; from
+		// then on the client keeps the pace it measured (18.3 ok/s on the
+		// shared VM). A bare client gets over 99%.
+		if r.pct >= 35 {
+			t.Errorf("429s = %.1f%% of attempts, want under 35%% (a bare client gets over 99%%)", r.pct)
 		}
-		if r.okPerS < 10 || r.okPerS > 25 {
-			t.Errorf("successful operations = %.1f/s, want 10 to 25 (the limit is 20/s)", r.okPerS)
+		if r.okPerS < 13 || r.okPerS > 22 {
+			t.Errorf("successful operations = %.1f/s, want 13 to 22 (the limit is 20/s)", r.okPerS)
 		}
 		return
 	}
@@ -295,24 +295,27 @@ func TestRateLimitAwareAgainstNginx(t *testing.T) {
 				continue
 			}
 			// The issue's targets (429s under 5% of attempts, successful
-			// operations within 10% of the limit) are met in some
-			// configurations only (BENCHMARKS.md, issue 17): they are
-			// reported, and the test fails on what would be a regression
-			// from the measured table: 429s at a quarter of attempts
-			// (the bare client and the naive loop get 74-99.9%), or
-			// fewer than a third of the limit's operations, or more than
-			// the limit allows.
+			// operations within 10% of the limit) are met on a quiet
+			// machine (BENCHMARKS.md, issue 17): 0.7-3.6% and 93-97%.
+			// Under load the client cannot time the limiter's queue to
+			// the millisecond, and the 100 r/s rows fall to 85-94% (three
+			// busy loops on the 2-core VM); so a miss is reported, and
+			// the test fails on a regression only: 429s at a tenth of
+			// attempts (the code before measured 8-19%, a bare client
+			// 99%), fewer than 60% of the limit's operations (it
+			// measured 44-52% with Retry-After), or more than the limit
+			// allows.
 			if r.pct >= 5 {
 				t.Logf("%s: target missed: sturdy's 429s = %.1f%% of attempts, target under 5%%", cfg, r.pct)
 			}
 			if lim := float64(cfg.rate); r.okPerS < 0.9*lim || r.okPerS > 1.1*lim {
 				t.Logf("%s: target missed: sturdy's successful ops = %.1f/s, target within 10%% of %v", cfg, r.okPerS, lim)
 			}
-			if r.pct >= 25 {
-				t.Errorf("%s: sturdy's 429s = %.1f%% of attempts, want under 25%%", cfg, r.pct)
+			if r.pct >= 10 {
+				t.Errorf("%s: sturdy's 429s = %.1f%% of attempts, want under 10%%", cfg, r.pct)
 			}
-			if lim := float64(cfg.rate); r.okPerS < lim/3 || r.okPerS > 1.1*lim {
-				t.Errorf("%s: sturdy's successful ops = %.1f/s, want between %.1f and %.1f", cfg, r.okPerS, lim/3, 1.1*lim)
+			if lim := float64(cfg.rate); r.okPerS < 0.6*lim || r.okPerS > 1.1*lim {
+				t.Errorf("%s: sturdy's successful ops = %.1f/s, want between %.1f and %.1f", cfg, r.okPerS, 0.6*lim, 1.1*lim)
 			}
 		}
 	}
