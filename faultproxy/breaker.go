@@ -15,9 +15,10 @@ import (
 // client first sends 50 requests through the proxy before its toxics are
 // added (Warmup): the comparison is of a busy client whose host begins to
 // fail a share of its requests. (A breaker with fewer than MinRequests
-// outcomes in its window judges a host by them: a client that starts
-// against a host already failing half its requests meets 16 or more
-// failures in its first 20 outcomes, and opens, in one start of 170.)
+// outcomes in its window judges its host as a quiet one, by 5 failures in
+// a row: a client that starts against a host already failing half its
+// requests opens in some starts, see TestBreakerFlakyHostFromAFreshStart
+// in transport.)
 //
 // AttemptTimeout is long enough that a stall of the loaded machine (or
 // of the toxiproxy process starved of CPU, which the client cannot tell

@@ -1127,6 +1127,72 @@ func TestBreakerStallIsOneEvent(t *testing.T) {
 	}
 }
 
+// A breaker judges a host by what it has seen. With fewer than
+// MinRequests outcomes in its window (a client that has just started, or
+// a breaker that has just closed and forgotten), a host is quiet, and 5
+// failures in a row, each sent after the one before failed, open it: a
+// busy client starting against a host that fails half its requests
+// opens in some starts (logged; 59 of 300 when measured). With a history
+// of successes, the busy rules judge it, and it never opens.
+func TestBreakerFlakyHostFromAFreshStart(t *testing.T) {
+	tests := []struct {
+		name      string
+		warm      int64 // successes before the host fails half its requests
+		wantNever bool
+	}{
+		{"fresh", 0, false},
+		{"after 50 successes", 50, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const starts = 300
+			opens := 0
+			for seed := range uint64(starts) {
+				synctest.Test(t, func(t *testing.T) {
+					var mu sync.Mutex
+					r := rand.New(rand.NewPCG(seed, 9))
+					var n atomic.Int64
+					base := Func(func(req *http.Request) (*http.Response, error) {
+						code := http.StatusOK
+						if n.Add(1) > tt.warm {
+							mu.Lock()
+							if r.Float64() < 0.5 {
+								code = http.StatusServiceUnavailable
+							}
+							mu.Unlock()
+						}
+						return &http.Response{StatusCode: code, Body: http.NoBody, Request: req}, nil
+					})
+					var opened atomic.Bool
+					rt := Breaker(BreakerSettings{OnStateChange: func(_ string, _, to BreakerState) {
+						if to == BreakerOpen {
+							opened.Store(true)
+						}
+					}})(base)
+					var wg sync.WaitGroup
+					for i := range 16 { // 400 requests a second
+						wg.Go(func() {
+							time.Sleep(time.Duration(i) * 40 * time.Millisecond / 16)
+							for range 30 {
+								breakerSend(t, rt, "http://api.test/")
+								time.Sleep(40 * time.Millisecond)
+							}
+						})
+					}
+					wg.Wait()
+					if opened.Load() {
+						opens++
+					}
+				})
+			}
+			t.Logf("%s: the breaker opened in %d of %d starts against a host failing half its requests", tt.name, opens, starts)
+			if tt.wantNever && opens != 0 {
+				t.Errorf("opened in %d of %d starts, want 0", opens, starts)
+			}
+		})
+	}
+}
+
 // Recovery does not slow down while the host stays down: every open
 // period lasts between Cooldown/2 and Cooldown, however many probes
 // failed, and callers are back within a Cooldown of the host's return.
