@@ -21,7 +21,7 @@
 // headers.go (ParseHeaders, ParseAll), families.go (each header family),
 // reset.go (resets to times), tightest.go (choosing among quotas),
 // status.go (what a status asks of a host), throttle.go (the pace learned
-// from bare 429s), resource.go (which quotas count a request),
+// from 429s), resource.go (which quotas count a request),
 // host.go (a host's state and its transitions), reservation.go,
 // wait.go, tracker.go, quotastore.go (sharing with a fleet).
 //

@@ -43,15 +43,20 @@ import (
 //     never longer.
 //   - 429s teach the host's rate. The requests in flight at a 429 that
 //     then succeed evenly spaced, as a limiter answers its queue
-//     (nginx's limit_req), measure the rate it accepts; so do the
-//     successes of the last second at a later 429. The host is then
+//     (nginx's limit_req), measure the rate it accepts. The host is then
 //     paced at 97% of that rate, so that the limiter's burst is left for
 //     jitter, for twenty seconds; then the cap grows, slowly at first,
 //     to find out whether the limit was raised, and goes once it has
-//     doubled (thirty seconds after the last 429). A 429 that gives no
-//     hint (no Retry-After, no exhausted quota) also pauses the host for
-//     a quarter of a second, and with nothing measured yet caps it at a
-//     guess that doubles every second until the next 429.
+//     doubled (thirty seconds after the last 429). Without such a
+//     measure, a 429 that gives no hint (no Retry-After, no exhausted
+//     quota) caps the host at a guess that doubles every second until
+//     the next 429, and each later 429 cuts the rate by a tenth, which
+//     then grows by about 5% a second (additive increase, multiplicative
+//     decrease); that cap goes after ten seconds without a 429. A 429
+//     with Retry-After caps the host with a guess only from the second
+//     one. A 429 that gives no hint also pauses the host for a quarter
+//     of a second. A paced request woken up more than three intervals
+//     late takes a new slot rather than go in a burst.
 //
 // A wait that cannot end before the request's context deadline or
 // [Options.MaxWait] is not started: Reserve returns a [*QuotaError] at

@@ -337,7 +337,8 @@ func (b *leakyBucket) admit(now time.Time) (time.Duration, bool) {
 // 20 s against nginx's limit_req (burst 5), at 20 and 100 r/s, with and
 // without Retry-After: 1 on its 429s, each way of the network taking
 // 0.1 to 1 ms. Targets of issue 17: 429s under 5% of attempts, successful
-// operations within 10% of the limit.
+// operations within 10% of the limit. STURDY_SIM_RUN (a duration, say
+// 600s) runs longer, to see what the hold and its probes cost.
 func TestRateLimitAwareAgainstLeakyBucket(t *testing.T) {
 	for _, tc := range []struct {
 		rate       float64
