@@ -41,6 +41,9 @@ type breakerRow struct {
 // canary measures how long toxiproxy itself goes without answering:
 // every 20 ms it sends a GET through a proxy without toxics to an
 // upstream of its own, and keeps the longest time between two answers.
+// Each GET opens a connection of its own, as the clients' attempts do
+// (RequestsPerConn 1): a starved toxiproxy is slowest to accept and dial,
+// and a kept-alive connection would not see that.
 // On a machine overloaded enough to starve toxiproxy of CPU (load
 // averages above 10 on 2 cores were seen) every proxy stops answering for
 // a while, and a client cannot tell that from a host that went down.
@@ -58,7 +61,7 @@ func startCanary(tp *Toxiproxy) (*canary, error) {
 		srv.Close()
 		return nil, err
 	}
-	tr := &http.Transport{}
+	tr := &http.Transport{DisableKeepAlives: true}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: tr}
 	c := &canary{quit: make(chan struct{}), done: make(chan struct{})}
 	c.close = func() {
