@@ -115,10 +115,12 @@ func (c *boundCtx) start(parent context.Context, b *bound, now time.Time) {
 	// A parent bound is followed directly, without making it watch: it
 	// is watched when this context is.
 	if p, ok := parent.(*boundCtx); ok {
-		if c.stop = p.follow(c.parentDone); c.stop == nil {
+		c.up = p // before the registration: parentDone may run at once
+		if stop := p.follow(c.parentDone); stop != nil {
+			c.setStop(stop)
+		} else {
 			c.end(p.Err(), nil, true)
 		}
-		c.up = p
 		return
 	}
 	pdone := parent.Done()
@@ -135,9 +137,27 @@ func (c *boundCtx) start(parent context.Context, b *bound, now time.Time) {
 	// beyond the registration); any other cancelable parent through
 	// context.AfterFunc.
 	if p, ok := parent.Value(boundCtxKey{}).(*boundCtx); ok && p.Done() == pdone {
-		c.stop = p.AfterFunc(c.parentDone)
+		c.setStop(p.AfterFunc(c.parentDone))
 	} else {
-		c.stop = context.AfterFunc(parent, c.parentDone)
+		c.setStop(context.AfterFunc(parent, c.parentDone))
+	}
+}
+
+// setStop keeps the function that stops following the parent. The
+// parent may have ended the context already, from its own goroutine:
+// stop is kept under the lock that end reads it with, and called here if
+// the context was released meanwhile and end found nothing to call.
+func (c *boundCtx) setStop(stop func() bool) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.stop = stop
+		c.mu.Unlock()
+		return
+	}
+	fromParent := c.fromParnt
+	c.mu.Unlock()
+	if !fromParent {
+		stop()
 	}
 }
 
