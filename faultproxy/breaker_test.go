@@ -165,6 +165,15 @@ func TestFaultProxyBreaker(t *testing.T) {
 				rows[name] = row
 				mu.Unlock()
 				for i, res := range results {
+					if stall > res.Settings.Margin {
+						// The canary, in this process, went that long without
+						// an answer: this machine stopped everything for a
+						// while, the client's own timers too, so deadlines are
+						// judged no finer than that. Side effects and bodies
+						// are judged as ever.
+						t.Logf("deadlines judged with a margin of %v, the canary's longest silence, instead of %v", stall.Round(time.Millisecond), res.Settings.Margin)
+						res.Settings.Margin = stall
+					}
 					if err := res.Check(); err != nil {
 						t.Errorf("%s broke its promises:\n%v", []string{"sturdy", "breaker off"}[i], err)
 					}
