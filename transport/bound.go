@@ -137,6 +137,7 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 type boundBody struct {
 	rc io.ReadCloser
 	c  *boundCtx
+	w  io.Writer // where WriteTo writes
 }
 
 func (b *boundBody) Read(p []byte) (int, error) {
@@ -150,6 +151,54 @@ func (b *boundBody) Read(p []byte) (int, error) {
 			err = cut
 		}
 	}
+	return n, err
+}
+
+// WriteTo writes the body to w, for io.Copy. A body beneath that writes
+// itself (an io.WriterTo) keeps its fast path: the time it spends between
+// writes to w is time waiting on the server, each write is progress for
+// the idle watch, and a write that blocks is the caller's time. Any other
+// body is read through Read, as io.Copy would.
+func (b *boundBody) WriteTo(w io.Writer) (int64, error) {
+	wt, ok := b.rc.(io.WriterTo)
+	if !ok {
+		return io.Copy(w, (*bodyReader)(b))
+	}
+	b.w = w
+	b.c.activity.Add(1)
+	n, err := wt.WriteTo((*bodyWriter)(b))
+	b.c.activity.Add(1)
+	if err == nil {
+		b.c.release()
+	} else if cut := b.c.cut(); cut != nil {
+		err = cut
+	}
+	return n, err
+}
+
+// bodyReader is a boundBody seen as a plain reader, so that io.Copy does
+// not come back to WriteTo.
+type bodyReader boundBody
+
+func (r *bodyReader) Read(p []byte) (int, error) { return (*boundBody)(r).Read(p) }
+
+// bodyWriter is the writer a body's own WriteTo writes to (b.w): each
+// write leaves the body's wait on the server while it runs.
+type bodyWriter boundBody
+
+func (b *bodyWriter) Write(p []byte) (int, error) {
+	b.c.activity.Add(1)
+	n, err := b.w.Write(p)
+	b.c.activity.Add(1)
+	return n, err
+}
+
+// WriteString keeps a body that writes strings (a strings.Reader) from
+// copying them.
+func (b *bodyWriter) WriteString(s string) (int, error) {
+	b.c.activity.Add(1)
+	n, err := io.WriteString(b.w, s)
+	b.c.activity.Add(1)
 	return n, err
 }
 
@@ -186,8 +235,11 @@ func isStream(resp *http.Response) bool {
 	if i := strings.IndexByte(ct, ';'); i >= 0 {
 		ct = ct[:i]
 	}
-	ct = strings.TrimSpace(ct)
-	if len(ct) < len("application/grpc") { // the shortest stream type
+	const shortest = len("application/grpc") // the shortest stream type
+	if len(ct) < shortest {
+		return false // text/plain, application/json: no trimming needed
+	}
+	if ct = strings.TrimSpace(ct); len(ct) < shortest {
 		return false
 	}
 	for _, s := range streamTypes {

@@ -55,8 +55,7 @@ type boundCtx struct {
 	nextID    uint32
 	done      atomic.Value // chan struct{}, made on first use
 	err       error
-	cause     error           // the cut that ended it; nil when the parent did, or on release
-	causeCtx  context.Context // a canceled context whose cause is cause, for context.Cause
+	cause     error // the cut that ended it; nil when the parent did, or on release
 	timer     *time.Timer
 	begun     time.Time // when the bound began; its deadline is begun+b.d, while dlArmed
 	seen      uint64    // activity at the last tick
@@ -261,7 +260,12 @@ func (c *boundCtx) Value(key any) any {
 		case c.err == nil:
 			return nil // not done: no cause, whatever the ancestors say
 		case c.cause != nil:
-			return c.causeCtx
+			// A context canceled with the same cause: what context.Cause
+			// reads it from. Made when asked, which only a cut's
+			// error path does.
+			cc, cancel := context.WithCancelCause(context.Background())
+			cancel(c.cause)
+			return cc
 		case c.fromParnt:
 			return c.parent.Value(key)
 		}
@@ -335,9 +339,6 @@ func (c *boundCtx) end(err, cause error, fromParent bool) bool {
 	}
 	c.err, c.cause, c.fromParnt = err, cause, fromParent
 	if cause != nil {
-		cc, cancel := context.WithCancelCause(context.Background())
-		cancel(cause)
-		c.causeCtx = cc
 		c.wasCut.Store(true)
 	}
 	c.ended.Store(true)
