@@ -76,18 +76,19 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 			return t.next.RoundTrip(req)
 		}
 	}
-	var now time.Time
-	if t.d > 0 {
-		now = time.Now()
+	var now time.Duration
+	clocked := t.d > 0
+	if clocked {
+		now = clockNow()
 	}
 	watchBody := t.idle > 0 && (t.mode == boundOperation || readMax > 0)
 	if pdl, ok := parent.Deadline(); ok && readMax <= 0 {
 		// The caller's own deadline comes before anything this bound
 		// could cut: it has nothing to add.
-		if now.IsZero() {
-			now = time.Now()
+		if !clocked {
+			now = clockNow()
 		}
-		left := pdl.Sub(now)
+		left := pdl.Sub(clockTime(now))
 		if (t.d == 0 || left <= t.d) && (!watchBody || left <= t.idle) {
 			return t.next.RoundTrip(req)
 		}

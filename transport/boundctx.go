@@ -57,9 +57,9 @@ type boundCtx struct {
 	err       error
 	cause     error // the cut that ended it; nil when the parent did, or on release
 	timer     *time.Timer
-	begun     time.Time // when the bound began; its deadline is begun+b.d, while dlArmed
-	seen      uint64    // activity at the last tick
-	quiet     time.Time // since when activity has been seen unchanged (valid while idleArmed)
+	begun     time.Duration // when the bound began (clockNow); its deadline is begun+b.d, while dlArmed
+	seen      uint64        // activity at the last tick
+	quiet     time.Duration // since when activity has been seen unchanged (clockNow; valid while idleArmed)
 	afters    []afterEntry
 	inline    [1]afterEntry // net/http registers one per request
 	stop      func() bool   // stops watching the parent
@@ -105,7 +105,7 @@ var closedChan = func() chan struct{} {
 // start arms the bound's deadline, b.d after now (b.d zero: none), and
 // begins to follow the parent. It is called once, before the context is
 // shared. The timer that enforces the deadline is made later, by watch.
-func (c *boundCtx) start(parent context.Context, b *bound, now time.Time) {
+func (c *boundCtx) start(parent context.Context, b *bound, now time.Duration) {
 	c.parent, c.b = parent, b
 	c.afters = c.inline[:0]
 	if b.d > 0 {
@@ -216,12 +216,16 @@ func (c *boundCtx) Err() error {
 // context is not done yet, and no timer runs to end it because nothing
 // has waited for it.
 func (c *boundCtx) expiredLocked() bool {
-	return c.err == nil && !c.watched && c.dlArmed && !time.Now().Before(c.deadline())
+	return c.err == nil && !c.watched && c.dlArmed && clockNow() >= c.due()
 }
 
-// deadline returns the bound's own deadline (meaningful while dlArmed).
-// It is computed when asked: a request that succeeds never asks.
-func (c *boundCtx) deadline() time.Time { return c.begun.Add(c.b.d) }
+// due returns the bound's own deadline on the clockNow scale
+// (meaningful while dlArmed).
+func (c *boundCtx) due() time.Duration { return c.begun + c.b.d }
+
+// deadline returns the bound's own deadline as a time. It is computed
+// when asked: a request that succeeds never asks.
+func (c *boundCtx) deadline() time.Time { return clockTime(c.due()) }
 
 // watchLocked starts the timer, now that something waits for the
 // context to end, and has the bounds it follows do the same.
@@ -230,7 +234,7 @@ func (c *boundCtx) watchLocked() {
 		return
 	}
 	c.watched = true
-	now := time.Now()
+	now := clockNow()
 	if c.idleArmed {
 		c.quiet = now
 	}
@@ -399,7 +403,7 @@ func (c *boundCtx) bodyStarts(keep, idle bool) {
 		c.seen = c.activity.Load()
 	}
 	if c.watched {
-		now := time.Now()
+		now := clockNow()
 		if idle {
 			c.quiet = now
 		}
@@ -410,13 +414,13 @@ func (c *boundCtx) bodyStarts(keep, idle bool) {
 // rearmLocked sets the timer for the next thing it must check: the
 // deadline, or the next idle tick, whichever comes first; it stops it
 // when nothing is armed. It is called only once the context is watched.
-func (c *boundCtx) rearmLocked(now time.Time) {
+func (c *boundCtx) rearmLocked(now time.Duration) {
 	var next time.Duration = -1
 	if c.idleArmed {
 		next = c.b.tick
 	}
 	if c.dlArmed {
-		if d := c.deadline().Sub(now); next < 0 || d < next {
+		if d := c.due() - now; next < 0 || d < next {
 			next = max(d, 0)
 		}
 	}
@@ -434,7 +438,7 @@ func (c *boundCtx) rearmLocked(now time.Time) {
 // deadline has passed or its body has been blocked in Read for the idle
 // limit, and otherwise sets the next tick.
 func (c *boundCtx) tick() {
-	now := time.Now()
+	now := clockNow()
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -442,13 +446,13 @@ func (c *boundCtx) tick() {
 	}
 	var cut error
 	switch {
-	case c.dlArmed && !now.Before(c.deadline()):
+	case c.dlArmed && now >= c.due():
 		cut = c.b.dlErr
 	case c.idleArmed:
 		a := c.activity.Load()
 		if a != c.seen || a%2 == 0 { // progress, or the caller is not waiting on the body
 			c.seen, c.quiet = a, now
-		} else if now.Sub(c.quiet) >= c.b.idle {
+		} else if now-c.quiet >= c.b.idle {
 			cut = c.b.idleErr
 		}
 	}
@@ -466,7 +470,21 @@ func (c *boundCtx) tick() {
 // off the clock.
 func startOf(ctx context.Context) time.Time {
 	if c, ok := ctx.(*boundCtx); ok && c.b.d > 0 {
-		return c.begun // written only before the context is shared
+		return clockTime(c.begun) // written only before the context is shared
 	}
 	return time.Now()
 }
+
+// clockBase anchors the bounds' clock: clockNow is the time since it,
+// which reads only the monotonic clock (time.Now reads the wall clock
+// too, and costs twice as much). Inside a testing/synctest bubble, whose
+// times carry no monotonic reading, the same arithmetic runs on the
+// bubble's wall clock: readings stay consistent with each other and with
+// the bubble's time.Now.
+var clockBase = time.Now()
+
+// clockNow reads the bounds' clock.
+func clockNow() time.Duration { return time.Since(clockBase) }
+
+// clockTime turns a clockNow reading into a time.
+func clockTime(d time.Duration) time.Time { return clockBase.Add(d) }
