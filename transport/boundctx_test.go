@@ -254,3 +254,51 @@ func TestIsStream(t *testing.T) {
 		}
 	}
 }
+
+// The bound's clock (clockNow, one monotonic read) gives the deadline a
+// caller would compute with time.Now, inside a synctest bubble, whose
+// times have no monotonic reading, exactly, and outside one within the
+// time the call took.
+func TestBoundDeadlineIsStartPlusTimeout(t *testing.T) {
+	const timeout = 7 * time.Second
+	deadlineOf := func(t *testing.T) (before, after, dl time.Time) {
+		base := Func(func(r *http.Request) (*http.Response, error) {
+			var ok bool
+			if dl, ok = r.Context().Deadline(); !ok {
+				t.Error("the attempt's context has no deadline")
+			}
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}, nil
+		})
+		rt := New(Options{Base: base, Timeout: timeout})
+		req, _ := http.NewRequest("GET", "http://api.test/", nil)
+		before = time.Now()
+		resp, err := rt.RoundTrip(req)
+		after = time.Now()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return before, after, dl
+	}
+	t.Run("bubble", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			time.Sleep(90 * time.Minute) // the bubble's clock, far from clockBase's
+			before, _, dl := deadlineOf(t)
+			if want := before.Add(timeout); !dl.Equal(want) {
+				t.Errorf("deadline %v, want %v", dl, want)
+			}
+			if got := time.Until(dl); got != timeout {
+				t.Errorf("time.Until(deadline) = %v, want %v", got, timeout)
+			}
+		})
+	})
+	t.Run("real clock", func(t *testing.T) {
+		before, after, dl := deadlineOf(t)
+		if dl.Before(before.Add(timeout)) || dl.After(after.Add(timeout)) {
+			t.Errorf("deadline %v, want between %v and %v", dl, before.Add(timeout), after.Add(timeout))
+		}
+		if left := time.Until(dl); left <= 0 || left > timeout {
+			t.Errorf("time.Until(deadline) = %v, want in (0, %v]", left, timeout)
+		}
+	})
+}
