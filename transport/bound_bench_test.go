@@ -6,7 +6,29 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
+
+var (
+	sinkTime     time.Time
+	sinkDuration time.Duration
+)
+
+// BenchmarkClock compares the bounds' clock read (clockNow: the
+// monotonic clock alone) with time.Now (the wall clock and the monotonic
+// one).
+func BenchmarkClock(b *testing.B) {
+	b.Run("time.Now", func(b *testing.B) {
+		for b.Loop() {
+			sinkTime = time.Now()
+		}
+	})
+	b.Run("clockNow", func(b *testing.B) {
+		for b.Loop() {
+			sinkDuration = clockNow()
+		}
+	})
+}
 
 // zeros is a response body of n zero bytes that costs next to nothing to
 // read, so that a benchmark measures what the stack adds to each Read.
