@@ -43,7 +43,11 @@ func streamStep(contentType string, n int, every time.Duration, stall bool, dela
 
 // wait waits d, or until r's client goes away; it reports whether the
 // whole wait passed.
-func wait(r *http.Request, d time.Duration) bool {
+func wait(r *http.Request, d time.Duration) bool { return waitCtx(r.Context(), d) }
+
+// waitCtx waits d, or until ctx ends; it reports whether the whole wait
+// passed.
+func waitCtx(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return true
 	}
@@ -52,7 +56,7 @@ func wait(r *http.Request, d time.Duration) bool {
 	select {
 	case <-t.C:
 		return true
-	case <-r.Context().Done():
+	case <-ctx.Done():
 		return false
 	}
 }

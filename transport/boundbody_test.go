@@ -43,17 +43,10 @@ func (b *chunkBody) WriteTo(w io.Writer) (int64, error) {
 }
 
 func (b *chunkBody) wait(d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-b.ctx.Done():
+	if !waitCtx(b.ctx, d) {
 		return context.Cause(b.ctx)
 	}
+	return nil
 }
 
 func (b *chunkBody) Read(p []byte) (int, error) {
