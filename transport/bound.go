@@ -76,16 +76,15 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 			return t.next.RoundTrip(req)
 		}
 	}
-	var now time.Duration
-	clocked := t.d > 0
-	if clocked {
+	var now time.Duration // clockNow, read once, and only when needed
+	if t.d > 0 {
 		now = clockNow()
 	}
 	watchBody := t.idle > 0 && (t.mode == boundOperation || readMax > 0)
 	if pdl, ok := parent.Deadline(); ok && readMax <= 0 {
 		// The caller's own deadline comes before anything this bound
 		// could cut: it has nothing to add.
-		if !clocked {
+		if t.d == 0 {
 			now = clockNow()
 		}
 		left := pdl.Sub(clockTime(now))
