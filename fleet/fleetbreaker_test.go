@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -198,4 +199,39 @@ func TestFleetBreakerRedisKilled(t *testing.T) {
 		_, err := get(stacks[3].rt)
 		return errors.Is(err, transport.ErrCircuitOpen)
 	})
+}
+
+// Breakers.State tells what requests meet: a process that has never sent
+// to a host the fleet holds open reports it open once its view has the
+// fleet's word, and closed again once the fleet closes it.
+func TestFleetBreakersState(t *testing.T) {
+	redis := redisproc.StartT(t)
+	srv := &switchable{}
+	srv.down.Store(true)
+	var fleets [2]*fleet.Fleet
+	var breakers [2]*transport.Breakers
+	for i := range fleets {
+		fleets[i] = newFleet(t, redis, fleet.Options{})
+		breakers[i] = transport.NewBreakers(transport.BreakerSettings{ConsecutiveFailures: 3, Cooldown: time.Minute, Store: fleets[i].Breakers()})
+	}
+	u, err := url.Parse(host + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := breakers[1].State(u); got != transport.BreakerClosed {
+		t.Fatalf("before anything: State = %v, want closed", got)
+	}
+	rt := breakers[0].Middleware()(httptestutil.NewHandlerTransport(srv))
+	for range 3 {
+		get(rt)
+	}
+	if got := breakers[0].State(u); got != transport.BreakerOpen {
+		t.Fatalf("the process that saw 3 failures: State = %v, want open", got)
+	}
+	eventually(t, "the other process's view", func() bool { return breakers[1].State(u) == transport.BreakerOpen })
+	if n := srv.requests.Load(); n != 3 {
+		t.Errorf("requests sent: got %d, want 3 (the other process never sent)", n)
+	}
+	fleets[0].Breakers().Publish(host, transport.SharedBreakerState{State: transport.BreakerClosed}) // a probe elsewhere closed it
+	eventually(t, "the fleet's close", func() bool { return breakers[1].State(u) == transport.BreakerClosed })
 }

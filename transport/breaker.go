@@ -66,18 +66,26 @@ func (b *Breakers) Middleware() Middleware {
 // default): BreakerClosed for a host b has not seen, or has forgotten.
 // An open breaker whose open period has passed reports BreakerHalfOpen:
 // its next request is a probe.
+//
+// With a [BreakerStore] (BreakerSettings.Store), the fleet's view counts
+// too, as it does for requests: a host the fleet holds open is
+// BreakerOpen, and one whose fleet-wide open period has passed is
+// BreakerHalfOpen, even if this process has not sent to it. The more
+// restrictive of the two views is reported.
 func (b *Breakers) State(u *url.URL) BreakerState {
 	k, ok := b.key(&http.Request{Method: http.MethodGet, URL: u, Header: http.Header{}})
 	if !ok {
 		return BreakerClosed
 	}
-	e := b.slot.Peek(k)
-	if e == nil {
-		return BreakerClosed
+	st := BreakerClosed
+	if e := b.slot.Peek(k); e != nil {
+		st = BreakerState(e.state.Load())
+		if st == BreakerOpen && !e.open(e.since()) {
+			st = BreakerHalfOpen
+		}
 	}
-	st := BreakerState(e.state.Load())
-	if st == BreakerOpen && !e.open(e.since()) {
-		return BreakerHalfOpen
+	if s := b.c.store; s != nil {
+		st = max(st, fleetState(s.Load(k.String()), time.Now()))
 	}
 	return st
 }

@@ -1488,3 +1488,79 @@ func TestBreakerBoundedRegistry(t *testing.T) {
 		}
 	})
 }
+
+// memBreakerStore is a fleet's BreakerStore held in memory: what other
+// processes published is set with put.
+type memBreakerStore struct {
+	mu sync.Mutex
+	m  map[string]SharedBreakerState
+}
+
+func (s *memBreakerStore) Publish(key string, st SharedBreakerState) { s.put(key, st) }
+
+func (s *memBreakerStore) put(key string, st SharedBreakerState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]SharedBreakerState{}
+	}
+	s.m[key] = st
+}
+
+func (s *memBreakerStore) Load(key string) SharedBreakerState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[key]
+}
+
+func (s *memBreakerStore) ClaimProbe(context.Context, string, time.Duration) (bool, error) {
+	return true, nil
+}
+
+// State reports the more restrictive of the process's own breaker and
+// the fleet's view of it, as requests meet them: a host the fleet holds
+// open is open even where this process has never sent to it.
+func TestBreakersStateWithFleet(t *testing.T) {
+	const key = "https://api.test"
+	for _, tc := range []struct {
+		name  string
+		local BreakerState // made by this process's own requests; closed: none sent
+		fleet BreakerState // what the fleet's view says
+		want  BreakerState
+	}{
+		{"nothing known", BreakerClosed, BreakerClosed, BreakerClosed},
+		{"open in the fleet only", BreakerClosed, BreakerOpen, BreakerOpen},
+		{"half-open in the fleet only", BreakerClosed, BreakerHalfOpen, BreakerHalfOpen},
+		{"open here, closed in the fleet", BreakerOpen, BreakerClosed, BreakerOpen},
+		{"open here, half-open in the fleet", BreakerOpen, BreakerHalfOpen, BreakerOpen},
+		{"half-open here, open in the fleet", BreakerHalfOpen, BreakerOpen, BreakerOpen},
+		{"half-open here and in the fleet", BreakerHalfOpen, BreakerHalfOpen, BreakerHalfOpen},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := &memBreakerStore{}
+				b := NewBreakers(BreakerSettings{ConsecutiveFailures: 1, Cooldown: time.Minute, Store: store})
+				host := &breakerHost{}
+				host.status.Store(500)
+				if tc.local != BreakerClosed {
+					breakerSend(t, b.Middleware()(host), key+"/v1")
+				}
+				if tc.local == BreakerHalfOpen {
+					time.Sleep(time.Minute + time.Millisecond) // the open period ends
+				}
+				switch tc.fleet { // another process's word, published after this one's
+				case BreakerClosed:
+					store.put(key, SharedBreakerState{State: BreakerClosed})
+				case BreakerOpen:
+					store.put(key, SharedBreakerState{State: BreakerOpen, Until: time.Now().Add(time.Minute)})
+				case BreakerHalfOpen:
+					store.put(key, SharedBreakerState{State: BreakerOpen, Until: time.Now().Add(-time.Second)})
+				}
+				u, _ := url.Parse(key + "/v1/x")
+				if got := b.State(u); got != tc.want {
+					t.Errorf("State = %v, want %v", got, tc.want)
+				}
+			})
+		})
+	}
+}

@@ -128,6 +128,19 @@ func (e *circuit) publish(to BreakerState) {
 	}
 }
 
+// fleetState is the state that the fleet's view fs gives a circuit at
+// now: open until fs.Until, half-open after it, else closed. The states'
+// order (closed, half-open, open) is that of how much they refuse.
+func fleetState(fs SharedBreakerState, now time.Time) BreakerState {
+	switch {
+	case fs.State != BreakerOpen:
+		return BreakerClosed
+	case now.Before(fs.Until):
+		return BreakerOpen
+	}
+	return BreakerHalfOpen
+}
+
 // fleetRefusedAt returns the refusal that a request to key would meet at
 // the time at because the fleet holds its circuit open until after then.
 func fleetRefusedAt(s BreakerStore, key string, at time.Time) error {
