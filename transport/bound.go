@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -69,8 +70,10 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	parent := req.Context()
 	readMax := t.readMax
 	if t.mode == boundHeaders {
-		if v, ok := parent.Value(readBodyKey{}).(int64); ok {
-			readMax = v
+		if readBodyUsed.Load() { // else no context carries the key
+			if v, ok := parent.Value(readBodyKey{}).(int64); ok {
+				readMax = v
+			}
 		}
 		if t.d == 0 && readMax <= 0 {
 			return t.next.RoundTrip(req)
@@ -280,6 +283,11 @@ var streamPrefixes = [...]string{
 // readBodyKey is the context key of [WithReadBody].
 type readBodyKey struct{}
 
+// readBodyUsed is set once WithReadBody has made a context with the
+// key: until then the attempt bound need not look for it, which costs a
+// walk up the request's context chain.
+var readBodyUsed atomic.Bool
+
 // WithReadBody returns a copy of ctx that sets, for the requests made
 // with it, how much of a response body that is not a stream [New] reads
 // inside the attempt (see Options.ReadBody): limit > 0 turns it on with
@@ -287,6 +295,9 @@ type readBodyKey struct{}
 func WithReadBody(ctx context.Context, limit int64) context.Context {
 	if limit == 0 {
 		return ctx
+	}
+	if !readBodyUsed.Load() {
+		readBodyUsed.Store(true)
 	}
 	return context.WithValue(ctx, readBodyKey{}, limit)
 }

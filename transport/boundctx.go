@@ -465,14 +465,14 @@ func (c *boundCtx) tick() {
 	c.end(context.DeadlineExceeded, cut, false)
 }
 
-// startOf returns when the operation of ctx began, read off the bound
-// above when there is one (the clock read it made when it started), else
-// off the clock.
-func startOf(ctx context.Context) time.Time {
+// startOf returns when the operation of ctx began, on the bounds' clock:
+// read off the bound above when there is one (the clock read it made
+// when it started), else off the clock.
+func startOf(ctx context.Context) time.Duration {
 	if c, ok := ctx.(*boundCtx); ok && c.b.d > 0 {
-		return clockTime(c.begun) // written only before the context is shared
+		return c.begun // written only before the context is shared
 	}
-	return time.Now()
+	return clockNow()
 }
 
 // clockBase anchors the bounds' clock: clockNow is the time since it,
@@ -488,3 +488,6 @@ func clockNow() time.Duration { return time.Since(clockBase) }
 
 // clockTime turns a clockNow reading into a time.
 func clockTime(d time.Duration) time.Time { return clockBase.Add(d) }
+
+// clockOf turns a time into a clockNow reading.
+func clockOf(t time.Time) time.Duration { return t.Sub(clockBase) }

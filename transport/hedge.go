@@ -113,7 +113,7 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	start := time.Now()
 	if c.countOps && c.budget != nil {
-		c.budget.request(req.URL, start)
+		c.budget.request(req.URL, clockOf(start))
 	}
 	if !policy.SafeToResend(req, c.keyHeader) {
 		return t.next.RoundTrip(req)
@@ -193,7 +193,7 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 			if refusedBeneath(c.refuses, req, now) != nil {
 				continue
 			}
-			if c.budget != nil && !c.budget.retry(req.URL, now) {
+			if c.budget != nil && !c.budget.retry(req.URL, clockOf(now)) {
 				continue
 			}
 			var b io.ReadCloser

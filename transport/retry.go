@@ -280,7 +280,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		attempt, record := r, rec // not r and rec themselves: a closure over them would move them to the heap on every call
 		s.Refused = func(at time.Time) error { return t.refusal(record, attempt, at) }
 		if c.budget != nil {
-			s.Budget = func() bool { return c.budget.retry(req.URL, now) }
+			s.Budget = func() bool { return c.budget.retry(req.URL, clockOf(now)) }
 		}
 		step := c.p.Next(s)
 		if !step.Retry {
