@@ -266,7 +266,10 @@ func (t *hedger) send(r *http.Request, i int, results chan<- hedgeResult) {
 }
 
 // acceptable reports whether r may win while another copy still runs: a
-// response that the classifier would not retry.
+// response that the classifier would not retry. A copy after the first
+// is classified as a later attempt, since the first has sent the
+// request (and its idempotency key) already: a 409 that says the key is
+// in flight is the first copy at work, never an answer.
 func (t *hedger) acceptable(req *http.Request, r *hedgeResult) bool {
 	if r.err != nil {
 		return false
@@ -282,7 +285,7 @@ func (t *hedger) acceptable(req *http.Request, r *hedgeResult) bool {
 		Request:  req,
 		Response: r.resp,
 		Problem:  problem,
-		Attempt:  1,
+		Attempt:  AttemptFromContext(req.Context()) + r.i,
 		Keyed:    req.Header.Get(t.c.keyHeader) != "",
 		Now:      time.Now(),
 	}).Retry

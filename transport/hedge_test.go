@@ -559,3 +559,70 @@ func BenchmarkHedgeFastPath(b *testing.B) {
 		})
 	}
 }
+
+// keyInFlight is a server that deduplicates by Idempotency-Key as the
+// IETF draft and Stripe do: a request whose key is still being worked on
+// gets 409. The work takes a second.
+type keyInFlight struct {
+	busy     atomic.Bool
+	requests atomic.Int32
+	done     atomic.Int32
+}
+
+func (s *keyInFlight) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.requests.Add(1)
+	io.Copy(io.Discard, r.Body)
+	if !s.busy.CompareAndSwap(false, true) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		io.WriteString(w, `{"error":{"code":"idempotency_key_in_use"}}`)
+		return
+	}
+	defer s.busy.Store(false)
+	select {
+	case <-time.After(time.Second):
+		s.done.Add(1)
+		io.WriteString(w, "charged")
+	case <-r.Context().Done():
+	}
+}
+
+// A hedge of a keyed request that meets "key in flight" (409) has met the
+// first copy at work: the 409 never wins, and the first copy is not
+// canceled. Hedge alone and in New.
+func TestHedgeKeyInFlightNeverWins(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stack func(base http.RoundTripper) http.RoundTripper
+	}{
+		{"Hedge", func(base http.RoundTripper) http.RoundTripper {
+			return Chain(base, Hedge(policy.Hedge{Delay: 50 * time.Millisecond}))
+		}},
+		{"New", func(base http.RoundTripper) http.RoundTripper {
+			return New(Options{Base: base, Hedge: &policy.Hedge{Delay: 50 * time.Millisecond}})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := &keyInFlight{}
+				env := newFakeEnv(t, srv)
+				req, _ := http.NewRequest("POST", env.url+"/charge", strings.NewReader(`{"amount":1}`))
+				req.Header.Set("Idempotency-Key", "k1")
+				resp, err := (&http.Client{Transport: tc.stack(env.base)}).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if body := readAll(t, resp); resp.StatusCode != 200 || body != "charged" {
+					t.Errorf("got %d %q, want 200 %q", resp.StatusCode, body, "charged")
+				}
+				if got := srv.done.Load(); got != 1 {
+					t.Errorf("charges done: got %d, want 1", got)
+				}
+				if got := srv.requests.Load(); got < 2 {
+					t.Errorf("requests: got %d, want a hedge beside the first", got)
+				}
+				synctest.Wait()
+			})
+		})
+	}
+}

@@ -241,7 +241,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			start = time.Now()
 		}
 		if watch != nil {
-			watch.got.Store(false)
+			watch.reset()
 		}
 		resp, err = t.next.RoundTrip(r)
 		if resp == nil && err == nil { // a broken RoundTripper beneath: say so, as http.Client does
@@ -266,7 +266,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 				Problem:      problem,
 				Attempt:      n,
 				Keyed:        policy.HasKey(req, c.keyHeader),
-				NotConnected: watch != nil && err != nil && !watch.got.Load(),
+				NotConnected: watch != nil && err != nil && watch.notConnected(),
 				Now:          now,
 			},
 			SafeToResend: safe,
@@ -296,7 +296,10 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp != nil {
 			drain(resp.Body)
 		}
-		if serr := sleep(ctx, step.Wait); serr != nil {
+		// The wait runs from the decision, which found that it ends
+		// inside the deadline: the time spent since (draining a slow
+		// error body, the hook) is part of it, not added to it.
+		if serr := sleep(ctx, step.Wait-time.Since(now)); serr != nil {
 			if next.Body != nil {
 				next.Body.Close()
 			}
@@ -345,15 +348,30 @@ func closeBody(r *http.Request) {
 // connWatch learns, through net/http/httptrace, whether an attempt got a
 // connection: one that did not cannot have reached the server.
 type connWatch struct {
-	got   atomic.Bool
+	asked atomic.Bool // GetConn: the transport reports its connections
+	got   atomic.Bool // GotConn
 	trace httptrace.ClientTrace
 }
 
 func newConnWatch() *connWatch {
 	w := &connWatch{}
+	w.trace.GetConn = func(string) { w.asked.Store(true) }
 	w.trace.GotConn = func(httptrace.GotConnInfo) { w.got.Store(true) }
 	return w
 }
+
+// reset forgets the last attempt's connection.
+func (w *connWatch) reset() {
+	w.asked.Store(false)
+	w.got.Store(false)
+}
+
+// notConnected reports whether the attempt is known to have got no
+// connection: the transport began to look for one (net/http's, and
+// x/net/http2's, report GetConn first) and never got it. A transport
+// that reports neither (an HTTP/3 or custom transport, a fake) proves
+// nothing: the request may have reached the server.
+func (w *connWatch) notConnected() bool { return w.asked.Load() && !w.got.Load() }
 
 func attemptEvent(req *http.Request, n int, resp *http.Response, err error, d time.Duration) policy.AttemptEvent {
 	return policy.AttemptEvent{Request: req, Attempt: n, Status: status(resp), Err: err, Duration: d}

@@ -860,3 +860,49 @@ func TestDeadlineUpgradedConnection(t *testing.T) {
 		t.Errorf("read %q, want %q", got, "echo:hello")
 	}
 }
+
+// trickleBody is an error page that arrives after a delay.
+type trickleBody struct {
+	d    time.Duration
+	done bool
+}
+
+func (b *trickleBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	time.Sleep(b.d)
+	b.done = true
+	return copy(p, "busy"), nil
+}
+
+func (b *trickleBody) Close() error { return nil }
+
+// Promise: never wait only to fail. The wait is decided to end inside
+// the deadline; draining the failed attempt's slow body happens during
+// it, not before it: the second attempt goes when the decision said.
+func TestRetryWaitRunsFromTheDecision(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var sent []time.Duration
+		start := time.Now()
+		base := Func(func(r *http.Request) (*http.Response, error) {
+			sent = append(sent, time.Since(start))
+			if len(sent) == 1 {
+				return &http.Response{StatusCode: 503, Header: http.Header{}, Body: &trickleBody{d: 2 * time.Second}, Request: r}, nil
+			}
+			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+		})
+		rt := Chain(base, Retry(policy.Retry{Backoff: constant(4 * time.Second)}))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://api.test/x", nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("got %v after %v, want the second attempt's 200", err, time.Since(start))
+		}
+		resp.Body.Close()
+		if want := []time.Duration{0, 4 * time.Second}; len(sent) != 2 || sent[1] != want[1] {
+			t.Errorf("attempts sent at %v, want %v", sent, want)
+		}
+	})
+}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -199,4 +202,46 @@ func TestGiveUpNamesTheDeadline(t *testing.T) {
 			t.Errorf("OnGiveUp = (%q after %d), want (%q after 1)", giveUp.Reason, giveUp.Attempts, policy.ReasonWaitPastDeadline)
 		}
 	})
+}
+
+// Promise: a request is sent again only when that is safe. A transport
+// that does not report its connections through httptrace (an HTTP/3 or
+// custom transport, a recording) proves nothing by not reporting one: an
+// unvouched POST that fails there may have been acted on, and is not
+// sent again.
+func TestUnvouchedPostNotResentWithoutConnectionReports(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stack func(base http.RoundTripper) http.RoundTripper
+	}{
+		{"Retry", func(base http.RoundTripper) http.RoundTripper {
+			return Chain(base, Retry(policy.Retry{Backoff: constant(time.Millisecond)}))
+		}},
+		{"New", func(base http.RoundTripper) http.RoundTripper { return New(Options{Base: base}) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var served atomic.Int32
+				base := Func(func(r *http.Request) (*http.Response, error) {
+					io.Copy(io.Discard, r.Body)
+					r.Body.Close()
+					if served.Add(1) == 1 { // acted on, then the connection was reset
+						return nil, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+					}
+					return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+				})
+				c := &http.Client{Transport: tc.stack(base)}
+				resp, err := c.Post("http://api.test/charge", "application/json", strings.NewReader(`{"amount":1}`))
+				if err == nil {
+					resp.Body.Close()
+				}
+				if got := served.Load(); got != 1 {
+					t.Errorf("POST sent %d times, want 1 (err %v)", got, err)
+				}
+				if !errors.Is(err, syscall.ECONNRESET) {
+					t.Errorf("err = %v, want the reset", err)
+				}
+			})
+		})
+	}
 }
