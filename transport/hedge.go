@@ -22,8 +22,10 @@ import (
 //     first failed response is returned (or the first error when none
 //     got a response), and no further hedge is sent after a failure:
 //     trying again is [Retry]'s job, with its backoff.
-//   - Every other copy is canceled at once; a response it had is drained
-//     (bounded) and closed, in the background when it arrives late.
+//   - Every other copy is canceled at once; a response it had already is
+//     drained (bounded) and closed, and one that arrives after the cancel
+//     is closed in the background (its connection is being torn down: a
+//     drain would read nothing).
 //   - The winner is handed back as it came: its context is not canceled
 //     by the hedge (it is released when its body is read to the end or
 //     closed), so its body stays readable after RoundTrip returns.
