@@ -195,15 +195,19 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 			if refusedBeneath(c.refuses, req, now) != nil {
 				continue
 			}
-			if c.budget != nil && !c.budget.retry(req.URL, clockOf(now)) {
-				continue
-			}
 			var b io.ReadCloser
 			if !body.none {
 				var gerr error
 				if b, gerr = body.get(); gerr != nil {
 					continue
 				}
+			}
+			// The budget last: a copy that cannot be sent takes nothing.
+			if c.budget != nil && !c.budget.retry(req.URL, clockOf(now)) {
+				if b != nil {
+					b.Close()
+				}
+				continue
 			}
 			send(b)
 			running++

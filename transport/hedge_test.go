@@ -288,6 +288,36 @@ func TestHedgeBudgetSpent(t *testing.T) {
 	})
 }
 
+// A hedge whose body cannot be had (GetBody fails) is not sent, and
+// takes nothing from the budget: the next request's hedge still goes.
+func TestHedgeUnsentTakesNoBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := httptestutil.NewRecorder(httptestutil.Script(
+			httptestutil.Delay(time.Second, httptestutil.Status(200, "ok")).Forever(),
+		))
+		env := newFakeEnv(t, rec)
+		budget := &policy.Budget{MinRetries: 1, Ratio: 1e-9} // one hedge per window
+		var hooks hedgeCounts
+		c := &http.Client{Transport: Chain(env.base, Hedge(hooks.policy(policy.Hedge{Delay: 100 * time.Millisecond, Budget: budget})))}
+		for _, failGetBody := range []bool{true, false} {
+			req, _ := http.NewRequest("PUT", env.url+"/x", strings.NewReader("body"))
+			if failGetBody {
+				req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("gone") }
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+		}
+		synctest.Wait()
+		if got, want := rec.Count(), 2+1; got != want {
+			t.Errorf("server got %d requests, want %d (the second request's hedge)", got, want)
+		}
+		hooks.want(t, 1, 0, 1)
+	})
+}
+
 func TestHedgeCallerCancelCancelsEveryCopy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := httptestutil.NewRecorder(httptestutil.Script(httptestutil.Hang().Forever()))
