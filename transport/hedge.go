@@ -31,7 +31,9 @@ import (
 //     closed), so its body stays readable after RoundTrip returns.
 //   - Each copy's body is the caller's, byte for byte: through GetBody when
 //     the request has it, else from a copy kept in memory (up to
-//     h.MaxBufferedBody); a request with a longer body is not hedged.
+//     h.MaxBufferedBody) as the first copy sends it; a request with a
+//     longer body is not hedged, nor is one whose first copy is still
+//     sending its body (it is hedged once the body has been sent whole).
 //   - Each hedge draws on h.Budget, when set, as a retry does; when it is
 //     spent, no hedge is sent. The caller's context is the parent of every
 //     copy: canceling it cancels them all at once.
@@ -187,6 +189,14 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 		select {
 		case <-timer.C:
 			if failed || len(copies) > c.hedges || ctx.Err() != nil {
+				continue
+			}
+			if !body.complete() {
+				// The first copy is still sending a body that is kept as
+				// it goes: a hedge now would stream it twice at once, and
+				// the body may yet prove longer than can be kept. Look
+				// again after another delay.
+				timer.Reset(delay)
 				continue
 			}
 			now := time.Now()

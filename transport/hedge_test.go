@@ -656,3 +656,80 @@ func TestHedgeKeyInFlightNeverWins(t *testing.T) {
 		})
 	}
 }
+
+// slowUpload is a request body of unknown length that arrives in chunks,
+// one every gap.
+type slowUpload struct {
+	chunks []string
+	gap    time.Duration
+}
+
+func (u *slowUpload) Read(p []byte) (int, error) {
+	if len(u.chunks) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(u.gap)
+	n := copy(p, u.chunks[0])
+	u.chunks = u.chunks[1:]
+	return n, nil
+}
+
+// A body kept as it is sent is hedged only once the first copy has sent
+// it whole: never streamed twice at once, and not at all when it proves
+// longer than can be kept.
+func TestHedgeWaitsForTheUpload(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		limit      int64
+		wantCopies int
+	}{
+		{"kept whole: hedged after the upload", 1 << 10, 2},
+		{"longer than the limit: not hedged", 4, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				type arrival struct {
+					at   time.Duration
+					body string
+				}
+				var (
+					mu       sync.Mutex
+					arrivals []arrival
+				)
+				start := time.Now()
+				env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					b, _ := io.ReadAll(r.Body)
+					mu.Lock()
+					arrivals = append(arrivals, arrival{time.Since(start), string(b)})
+					mu.Unlock()
+					select {
+					case <-time.After(time.Second):
+					case <-r.Context().Done():
+					}
+				}))
+				c := &http.Client{Transport: Chain(env.base, Hedge(policy.Hedge{Delay: 50 * time.Millisecond, MaxBufferedBody: tc.limit}))}
+				up := &slowUpload{chunks: []string{"one ", "two ", "three"}, gap: 100 * time.Millisecond}
+				req, _ := http.NewRequest("PUT", env.url+"/x", up)
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				synctest.Wait()
+				mu.Lock()
+				defer mu.Unlock()
+				if len(arrivals) != tc.wantCopies {
+					t.Fatalf("server got %d copies %v, want %d", len(arrivals), arrivals, tc.wantCopies)
+				}
+				for i, a := range arrivals {
+					if a.body != "one two three" {
+						t.Errorf("copy %d: body %q, want %q", i, a.body, "one two three")
+					}
+					if a.at < 300*time.Millisecond {
+						t.Errorf("copy %d arrived whole at %v, before the upload ended (300ms)", i, a.at)
+					}
+				}
+			})
+		})
+	}
+}

@@ -43,6 +43,16 @@ func newReplay(req *http.Request, limit int64) (replay, error) {
 	return replay{get: t.reader, first: first, tee: t}, nil
 }
 
+// complete reports whether another attempt can be given the whole body
+// now: it needs nothing more from the caller's body (a body kept as it is
+// sent has been read to its end).
+func (b *replay) complete() bool {
+	if b.tee != nil {
+		return b.tee.complete()
+	}
+	return b.none || b.get != nil
+}
+
 // replayable reports whether another attempt can be given the body.
 func (b *replay) replayable() bool {
 	if b.tee != nil {
@@ -123,6 +133,12 @@ func (t *tee) reader() (io.ReadCloser, error) {
 	}
 	t.open++
 	return &teeReader{t: t}, nil
+}
+
+func (t *tee) complete() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.over && t.err == io.EOF
 }
 
 func (t *tee) replayable() bool {
