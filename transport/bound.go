@@ -101,6 +101,9 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	op.req = *req.WithContext(c)
 	resp, err := t.next.RoundTrip(&op.req)
 	if err != nil || resp == nil {
+		if err != nil {
+			c.settle() // a failure after the deadline is the deadline's
+		}
 		if cut := c.release(); cut != nil && err != nil {
 			err = cut
 		}
@@ -150,7 +153,7 @@ func (b *boundBody) Read(p []byte) (int, error) {
 	if err != nil {
 		if err == io.EOF {
 			b.c.release()
-		} else if cut := b.c.cut(); cut != nil {
+		} else if cut := b.c.settle(); cut != nil {
 			err = cut
 		}
 	}
@@ -173,7 +176,7 @@ func (b *boundBody) WriteTo(w io.Writer) (int64, error) {
 	b.c.activity.Add(1)
 	if err == nil {
 		b.c.release()
-	} else if cut := b.c.cut(); cut != nil {
+	} else if cut := b.c.settle(); cut != nil {
 		err = cut
 	}
 	return n, err

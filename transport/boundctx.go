@@ -179,6 +179,10 @@ func (c *boundCtx) Done() <-chan struct{} {
 	if d := c.done.Load(); d != nil {
 		return d.(chan struct{})
 	}
+	// A deadline that passed while nothing watched ends the context
+	// now, so that the channel made below is closed already, as a
+	// context.WithTimeout's would be.
+	c.Err()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if d := c.done.Load(); d != nil {
@@ -364,6 +368,14 @@ func (c *boundCtx) end(err, cause error, fromParent bool) bool {
 		e.f()
 	}
 	return true
+}
+
+// settle ends the context if its deadline has passed unseen (nothing
+// watched it, so no timer ran), and returns the cut that ended it, if
+// any: what a failure is blamed on.
+func (c *boundCtx) settle() error {
+	c.Err()
+	return c.cut()
 }
 
 // release ends the context once its work is over (the body is read or
