@@ -117,6 +117,10 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	if rw, ok := body.(io.ReadWriteCloser); ok { // 101 Switching Protocols
 		if t.mode != boundAll {
 			c.bodyStarts(false, false) // an upgraded connection is neither bounded nor cut
+		} else {
+			// net/http stops watching the context after a 101: the
+			// deadline closes the connection itself.
+			c.AfterFunc(func() { rw.Close() })
 		}
 		resp.Body = &boundBodyRW{boundBody{rc: rw, c: c}, rw}
 		return resp, nil
