@@ -12,6 +12,7 @@ import (
 
 	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/internal/window"
+	"github.com/sturdyhttp/sturdy/transport"
 )
 
 // floorRT is a measuring stick, not a client: one RoundTripper that does,
@@ -261,7 +262,7 @@ func floorKind(name string, skip floorPart) clientKind {
 // outcome is counted, and a quota header is seen.
 func TestFloorDoesTheWork(t *testing.T) {
 	var sent *http.Request
-	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	base := transport.Func(func(r *http.Request) (*http.Response, error) {
 		sent = r
 		resp, err := memTransport{}.RoundTrip(r)
 		resp.Header.Set("X-Ratelimit-Remaining", "9")
@@ -299,8 +300,3 @@ func TestFloorDoesTheWork(t *testing.T) {
 		t.Errorf("quota headers %v not seen", resp.Header)
 	}
 }
-
-// roundTripFunc is a RoundTripper made of a function.
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

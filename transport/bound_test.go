@@ -249,40 +249,55 @@ func TestDeadlineBoundsStreams(t *testing.T) {
 	})
 }
 
-// A 101 Switching Protocols connection outlives every bound of New.
-func TestNewUpgradeIsNotBounded(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			conn, brw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				t.Errorf("hijack: %v", err)
-				return
-			}
-			defer conn.Close()
-			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-			brw.Flush()
-			io.Copy(conn, brw)
-		}))
-		c := newStack(env, Options{Timeout: time.Second, IdleTimeout: time.Second})
-		req, _ := http.NewRequest("GET", env.url, nil)
-		req.Header.Set("Connection", "Upgrade")
-		req.Header.Set("Upgrade", "echo")
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rw, ok := resp.Body.(io.ReadWriteCloser)
-		if !ok {
-			t.Fatalf("101 body is a %T, want an io.ReadWriteCloser", resp.Body)
-		}
-		defer rw.Close()
-		time.Sleep(time.Minute) // past Timeout and IdleTimeout, quiet
-		if _, err := io.WriteString(rw, "ping"); err != nil {
-			t.Fatalf("write after a quiet minute: %v", err)
-		}
-		buf := make([]byte, 4)
-		if _, err := io.ReadFull(rw, buf); err != nil || string(buf) != "ping" {
-			t.Fatalf("read %q, %v; want ping", buf, err)
-		}
-	})
+// A 101 Switching Protocols connection outlives every bound of New, and
+// Deadline, which bounds the body "whatever it is", closes it when it
+// runs out.
+func TestUpgradeBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stack  func(env *fakeEnv) *http.Client
+		usable bool // after a quiet minute
+	}{
+		{"New", func(env *fakeEnv) *http.Client {
+			return newStack(env, Options{Timeout: time.Second, IdleTimeout: time.Second})
+		}, true},
+		{"Deadline", func(env *fakeEnv) *http.Client {
+			return &http.Client{Transport: Chain(env.base, Deadline(time.Second))}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					conn, brw, err := http.NewResponseController(w).Hijack()
+					if err != nil {
+						t.Errorf("hijack: %v", err)
+						return
+					}
+					defer conn.Close()
+					brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+					brw.Flush()
+					io.Copy(conn, brw)
+				}))
+				req, _ := http.NewRequest("GET", env.url, nil)
+				req.Header.Set("Connection", "Upgrade")
+				req.Header.Set("Upgrade", "echo")
+				resp, err := tc.stack(env).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rw, ok := resp.Body.(io.ReadWriteCloser)
+				if !ok {
+					t.Fatalf("101 body is a %T, want an io.ReadWriteCloser", resp.Body)
+				}
+				defer rw.Close()
+				time.Sleep(time.Minute) // past every bound, quiet
+				buf := make([]byte, 4)
+				_, werr := io.WriteString(rw, "ping")
+				_, rerr := io.ReadFull(rw, buf)
+				if usable := werr == nil && rerr == nil && string(buf) == "ping"; usable != tc.usable {
+					t.Errorf("echo after a quiet minute: write %v, read %q, %v; want usable %t", werr, buf, rerr, tc.usable)
+				}
+			})
+		})
+	}
 }

@@ -305,12 +305,8 @@ func (c *boundCtx) follow(f func()) (stop func() bool) {
 // register adds f to the functions run when the context ends, unless it
 // has ended (then it returns nil); with watch, it starts the timer.
 func (c *boundCtx) register(f func(), watch bool) (stop func() bool) {
+	c.Err() // a deadline that passed unseen, here or up the chain, ends it first
 	c.mu.Lock()
-	if c.expiredLocked() {
-		c.mu.Unlock()
-		c.end(context.DeadlineExceeded, c.b.dlErr, false)
-		c.mu.Lock()
-	}
 	if c.err == nil && watch {
 		c.watchLocked()
 	}
