@@ -35,34 +35,60 @@ import (
 // context.DeadlineExceeded either way; the bound then replaces them with
 // its *DeadlineError. Contexts derived from it with context.WithCancel
 // register through its AfterFunc method, without a goroutine.
+//
+// It is allocated with the request copy, which is 304 bytes: its fields
+// are kept few and packed (how it ended is one word, from which Err and
+// the cause are derived), so that the whole allocation stays in a small
+// size class. Every byte of it is paid for by each request.
 type boundCtx struct {
-	parent context.Context
+	parent context.Context // a *boundCtx when the bound above is followed directly
 	b      *bound
-	up     *boundCtx // the parent, when it is a bound followed directly
 
 	// activity counts entries to and returns from the body's Read: odd
 	// while a Read is blocked. The timer reads it; Read only adds.
 	activity atomic.Uint64
 
-	ended  atomic.Bool // err is set: what release and cut read first, without the lock
-	wasCut atomic.Bool // cause is set
+	// state is how the context ended (an endKind; live while it has
+	// not), with doneMade set once Done has made its channel. It is
+	// written under mu and read anywhere.
+	state atomic.Uint32
 
 	mu        sync.Mutex
-	fromParnt bool // the parent ended it
 	watched   bool // Done or AfterFunc was called: the timer runs
 	dlArmed   bool
 	idleArmed bool
 	nextID    uint32
-	done      atomic.Value // chan struct{}, made on first use
-	err       error
-	cause     error // the cut that ended it; nil when the parent did, or on release
+	seen      uint32        // activity at the last tick, its low 32 bits
+	done      chan struct{} // made by Done; read without mu once state has doneMade
 	timer     *time.Timer
 	begun     time.Duration // when the bound began (clockNow); its deadline is begun+b.d, while dlArmed
-	seen      uint64        // activity at the last tick
 	quiet     time.Duration // since when activity has been seen unchanged (clockNow; valid while idleArmed)
 	afters    []afterEntry
 	inline    [1]afterEntry // net/http registers one per request
 	stop      func() bool   // stops watching the parent
+}
+
+// An endKind says how a boundCtx ended; its Err and its cause follow.
+type endKind = uint32
+
+const (
+	live        endKind = iota
+	endReleased         // its work is over: Err is context.Canceled
+	endParent           // the parent ended: Err is the parent's
+	endDeadline         // cut by the deadline: Err is context.DeadlineExceeded, the cause b.dlErr
+	endIdle             // cut for idleness: Err is context.DeadlineExceeded, the cause b.idleErr
+
+	endMask  = 7
+	doneMade = 8 // a flag beside the endKind in state
+)
+
+// ended returns how the context ended, or live.
+func (c *boundCtx) ended() endKind { return c.state.Load() & endMask }
+
+// up returns the bound above, when it is the parent, followed directly.
+func (c *boundCtx) up() *boundCtx {
+	p, _ := c.parent.(*boundCtx)
+	return p
 }
 
 type afterEntry struct {
@@ -114,11 +140,10 @@ func (c *boundCtx) start(parent context.Context, b *bound, now time.Duration) {
 	// A parent bound is followed directly, without making it watch: it
 	// is watched when this context is.
 	if p, ok := parent.(*boundCtx); ok {
-		c.up = p // before the registration: parentDone may run at once
 		if stop := p.follow(c.parentDone); stop != nil {
 			c.setStop(stop)
 		} else {
-			c.end(p.Err(), nil, true)
+			c.end(endParent)
 		}
 		return
 	}
@@ -128,7 +153,7 @@ func (c *boundCtx) start(parent context.Context, b *bound, now time.Duration) {
 	}
 	select {
 	case <-pdone:
-		c.end(parent.Err(), nil, true)
+		c.end(endParent)
 		return
 	default:
 	}
@@ -148,19 +173,20 @@ func (c *boundCtx) start(parent context.Context, b *bound, now time.Duration) {
 // the context was released meanwhile and end found nothing to call.
 func (c *boundCtx) setStop(stop func() bool) {
 	c.mu.Lock()
-	if c.err == nil {
+	k := c.ended()
+	if k == live {
 		c.stop = stop
 		c.mu.Unlock()
 		return
 	}
-	fromParent := c.fromParnt
+	fromParent := k == endParent
 	c.mu.Unlock()
 	if !fromParent {
 		stop()
 	}
 }
 
-func (c *boundCtx) parentDone() { c.end(c.parent.Err(), nil, true) }
+func (c *boundCtx) parentDone() { c.end(endParent) }
 
 // Deadline reports the sooner of the bound's armed deadline and the
 // parent's.
@@ -176,8 +202,8 @@ func (c *boundCtx) Deadline() (time.Time, bool) {
 }
 
 func (c *boundCtx) Done() <-chan struct{} {
-	if d := c.done.Load(); d != nil {
-		return d.(chan struct{})
+	if c.state.Load()&doneMade != 0 {
+		return c.done
 	}
 	// A deadline that passed while nothing watched ends the context
 	// now, so that the channel made below is closed already, as a
@@ -185,42 +211,63 @@ func (c *boundCtx) Done() <-chan struct{} {
 	c.Err()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if d := c.done.Load(); d != nil {
-		return d.(chan struct{})
+	s := c.state.Load()
+	if s&doneMade != 0 {
+		return c.done
 	}
-	if c.err != nil {
-		c.done.Store(closedChan)
-		return closedChan
+	if s&endMask != live {
+		c.done = closedChan
+	} else {
+		c.done = make(chan struct{})
+		c.watchLocked()
 	}
-	d := make(chan struct{})
-	c.done.Store(d)
-	c.watchLocked()
-	return d
+	c.state.Store(s | doneMade)
+	return c.done
 }
 
 func (c *boundCtx) Err() error {
-	c.mu.Lock()
-	if c.err == nil && !c.watched {
-		// No timer ends this context, nor the bounds it follows: look
-		// at the clock, here and up the chain.
-		expired := c.expiredLocked()
-		c.mu.Unlock()
-		if expired {
-			c.end(context.DeadlineExceeded, c.b.dlErr, false)
-		} else if c.up != nil {
-			c.up.Err() // ends this one too when it has expired
-		}
-		c.mu.Lock()
+	if k := c.ended(); k != live {
+		return c.errOf(k)
 	}
-	defer c.mu.Unlock()
-	return c.err
+	// Nothing has ended it yet. It ends now if its deadline passed
+	// while no timer watched, or if its parent has ended and the news
+	// has not arrived (context.AfterFunc brings it on a goroutine of its
+	// own): Err is the parent's from the moment the parent is done, as
+	// for a context.WithCancel.
+	c.mu.Lock()
+	expired := c.expiredLocked()
+	c.mu.Unlock()
+	switch up := c.up(); {
+	case expired:
+		c.end(endDeadline)
+	case up != nil:
+		if up.Err() != nil { // looks at the clock and the parent there too
+			c.end(endParent)
+		}
+	case c.parent.Err() != nil:
+		c.end(endParent)
+	}
+	return c.errOf(c.ended())
+}
+
+// errOf returns the Err of a context that ended as k.
+func (c *boundCtx) errOf(k endKind) error {
+	switch k {
+	case live:
+		return nil
+	case endReleased:
+		return context.Canceled
+	case endParent:
+		return c.parent.Err()
+	}
+	return context.DeadlineExceeded
 }
 
 // expiredLocked reports whether the deadline has passed unseen: the
 // context is not done yet, and no timer runs to end it because nothing
 // has waited for it.
 func (c *boundCtx) expiredLocked() bool {
-	return c.err == nil && !c.watched && c.dlArmed && clockNow() >= c.due()
+	return c.ended() == live && !c.watched && c.dlArmed && clockNow() >= c.due()
 }
 
 // due returns the bound's own deadline on the clockNow scale
@@ -243,15 +290,15 @@ func (c *boundCtx) watchLocked() {
 		c.quiet = now
 	}
 	c.rearmLocked(now)
-	if c.up != nil {
-		c.up.watch()
+	if up := c.up(); up != nil {
+		up.watch()
 	}
 }
 
 func (c *boundCtx) watch() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err == nil {
+	if c.ended() == live {
 		c.watchLocked()
 	}
 }
@@ -262,19 +309,17 @@ func (c *boundCtx) Value(key any) any {
 		return c
 	case cancelCtxKey:
 		c.Err() // ends the context if its deadline passed unseen
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		switch {
-		case c.err == nil:
+		switch k := c.ended(); k {
+		case live:
 			return nil // not done: no cause, whatever the ancestors say
-		case c.cause != nil:
+		case endDeadline, endIdle:
 			// A context canceled with the same cause: what context.Cause
 			// reads it from. Made when asked, which only a cut's
 			// error path does.
 			cc, cancel := context.WithCancelCause(context.Background())
-			cancel(c.cause)
+			cancel(c.cut())
 			return cc
-		case c.fromParnt:
+		case endParent:
 			return c.parent.Value(key)
 		}
 		return nil // released: the cause is Err, context.Canceled
@@ -307,12 +352,12 @@ func (c *boundCtx) follow(f func()) (stop func() bool) {
 func (c *boundCtx) register(f func(), watch bool) (stop func() bool) {
 	c.Err() // a deadline that passed unseen, here or up the chain, ends it first
 	c.mu.Lock()
-	if c.err == nil && watch {
-		c.watchLocked()
-	}
-	if c.err != nil {
+	if c.ended() != live {
 		c.mu.Unlock()
 		return nil
+	}
+	if watch {
+		c.watchLocked()
 	}
 	c.nextID++
 	id := c.nextID
@@ -333,22 +378,19 @@ func (c *boundCtx) register(f func(), watch bool) (stop func() bool) {
 
 func (c *boundCtx) String() string { return "transport.boundCtx" }
 
-// end makes the context done with err (and cause, the cut that ended it),
-// unless it is done already; it reports whether it did.
-func (c *boundCtx) end(err, cause error, fromParent bool) bool {
+// end makes the context done, as k says, unless it is done already; it
+// reports whether it did.
+func (c *boundCtx) end(k endKind) bool {
 	c.mu.Lock()
-	if c.err != nil {
+	s := c.state.Load()
+	if s&endMask != live {
 		c.mu.Unlock()
 		return false
 	}
-	c.err, c.cause, c.fromParnt = err, cause, fromParent
-	if cause != nil {
-		c.wasCut.Store(true)
-	}
-	c.ended.Store(true)
-	if d, _ := c.done.Load().(chan struct{}); d != nil {
-		close(d)
-	} // else Done, asked later, finds err set and returns closedChan
+	c.state.Store(s | k)
+	if s&doneMade != 0 {
+		close(c.done)
+	} // else Done, asked later, finds it ended and returns closedChan
 	if c.timer != nil {
 		c.timer.Stop()
 	}
@@ -357,7 +399,7 @@ func (c *boundCtx) end(err, cause error, fromParent bool) bool {
 	c.afters = nil
 	stop := c.stop
 	c.mu.Unlock()
-	if stop != nil && !fromParent {
+	if stop != nil && k != endParent {
 		stop()
 	}
 	for _, e := range afters {
@@ -378,7 +420,7 @@ func (c *boundCtx) settle() error {
 // closed, or the round trip failed). It returns the cut that ended the
 // context before, if any.
 func (c *boundCtx) release() error {
-	if !c.ended.Load() && c.end(context.Canceled, nil, false) {
+	if c.ended() == live && c.end(endReleased) {
 		return nil
 	}
 	return c.cut()
@@ -386,12 +428,13 @@ func (c *boundCtx) release() error {
 
 // cut returns the *DeadlineError that ended the context, or nil.
 func (c *boundCtx) cut() error {
-	if !c.wasCut.Load() {
-		return nil
+	switch c.ended() {
+	case endDeadline:
+		return c.b.dlErr
+	case endIdle:
+		return c.b.idleErr
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cause
+	return nil
 }
 
 // bodyStarts says that the response body is now being handed out: the
@@ -400,7 +443,7 @@ func (c *boundCtx) cut() error {
 func (c *boundCtx) bodyStarts(keep, idle bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err != nil {
+	if c.ended() != live {
 		return
 	}
 	if !keep {
@@ -408,7 +451,7 @@ func (c *boundCtx) bodyStarts(keep, idle bool) {
 	}
 	if idle {
 		c.idleArmed = true
-		c.seen = c.activity.Load()
+		c.seen = uint32(c.activity.Load())
 	}
 	if c.watched {
 		now := clockNow()
@@ -448,29 +491,32 @@ func (c *boundCtx) rearmLocked(now time.Duration) {
 func (c *boundCtx) tick() {
 	now := clockNow()
 	c.mu.Lock()
-	if c.err != nil {
+	if c.ended() != live {
 		c.mu.Unlock()
 		return
 	}
-	var cut error
+	cut := live
 	switch {
 	case c.dlArmed && now >= c.due():
-		cut = c.b.dlErr
+		cut = endDeadline
 	case c.idleArmed:
+		// Progress, or the caller is not waiting on the body. (The low
+		// 32 bits could come round to the same value only if 2^31 Reads
+		// returned between two ticks.)
 		a := c.activity.Load()
-		if a != c.seen || a%2 == 0 { // progress, or the caller is not waiting on the body
-			c.seen, c.quiet = a, now
+		if uint32(a) != c.seen || a%2 == 0 {
+			c.seen, c.quiet = uint32(a), now
 		} else if now-c.quiet >= c.b.idle {
-			cut = c.b.idleErr
+			cut = endIdle
 		}
 	}
-	if cut == nil {
+	if cut == live {
 		c.rearmLocked(now)
 		c.mu.Unlock()
 		return
 	}
 	c.mu.Unlock()
-	c.end(context.DeadlineExceeded, cut, false)
+	c.end(cut)
 }
 
 // startOf returns when the operation of ctx began, on the bounds' clock:

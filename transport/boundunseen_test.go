@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -124,5 +125,51 @@ func TestBoundDoneAfterUnseenDeadline(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// The caller's cancel reaches a bound through context.AfterFunc, on a
+// goroutine of its own; until it runs, Err must still be the parent's,
+// as a context.WithCancel's is from the moment its parent is canceled.
+// In a bubble that goroutine cannot run before the base looks.
+func TestBoundErrAtOnceAfterParentCancel(t *testing.T) {
+	stacks := []struct {
+		name  string
+		stack func(http.RoundTripper) http.RoundTripper
+	}{
+		{"Deadline", func(b http.RoundTripper) http.RoundTripper { return Chain(b, Deadline(time.Minute)) }},
+		{"New", func(b http.RoundTripper) http.RoundTripper {
+			return New(Options{Base: b, AttemptTimeout: time.Minute})
+		}},
+	}
+	for _, s := range stacks {
+		for _, watch := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/watched=%t", s.name, watch), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					ctx, cancel := context.WithCancel(context.Background())
+					base := Func(func(r *http.Request) (*http.Response, error) {
+						rctx := r.Context()
+						if watch {
+							rctx.Done()
+						}
+						cancel()
+						if got := rctx.Err(); got != context.Canceled {
+							t.Errorf("Err() right after the caller's cancel = %v; want %v", got, context.Canceled)
+						}
+						select {
+						case <-rctx.Done():
+						default:
+							t.Error("Done() still open once Err() reported the cancel")
+						}
+						return nil, rctx.Err()
+					})
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://api.test/", nil)
+					_, err := (&http.Client{Transport: s.stack(base)}).Do(req)
+					if !errors.Is(err, context.Canceled) {
+						t.Errorf("err = %v; want context.Canceled", err)
+					}
+				})
+			})
+		}
 	}
 }
