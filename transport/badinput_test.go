@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -683,5 +684,68 @@ func TestBadInputInvalidRequests(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A RoundTripper beneath that breaks its contract by returning a
+// response without a body and an error: Retry gives back the error (as
+// http.Client would, "ignoring response") and does not panic on closing
+// a nil body.
+func TestBadInputResponseAndErrorWithoutBody(t *testing.T) {
+	base := Func(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 502, Header: http.Header{}, Request: r}, errors.New("broken")
+	})
+	for i, pol := range []policy.Retry{
+		{Backoff: constant(0)},
+		{MaxAttempts: 1, OnGiveUp: func(policy.GiveUpEvent) {}},
+	} {
+		req, _ := http.NewRequest("POST", "http://api.test/x", nil)
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("policy %d: RoundTrip panicked: %v", i, p)
+				}
+			}()
+			_, err := Chain(base, Retry(pol)).RoundTrip(req)
+			if err == nil {
+				t.Error("err = nil, want an error")
+			}
+		}()
+	}
+}
+
+// A ContentLength far beyond the body, with MaxBufferedBody at "no limit"
+// (math.MaxInt64, as TestRetryHugeLimits has it): the replay buffer is
+// not allocated at the declared length up front (which panicked in
+// make), and the wrong length is the caller's error.
+func TestBadInputHugeContentLength(t *testing.T) {
+	base := Func(func(r *http.Request) (*http.Response, error) {
+		_, err := io.ReadAll(r.Body)
+		r.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+	})
+	req, _ := http.NewRequest("PUT", "http://api.test/x", onlyReader{strings.NewReader("abc")})
+	req.ContentLength = 1 << 50
+	var (
+		resp *http.Response
+		err  error
+	)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("RoundTrip panicked: %v", p)
+			}
+		}()
+		resp, err = Chain(base, Retry(policy.Retry{MaxBufferedBody: math.MaxInt64, Backoff: constant(0)})).RoundTrip(req)
+	}()
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("got a response, want the caller's error")
+	}
+	if !errors.Is(err, policy.ErrInvalidRequest) {
+		t.Errorf("err = %v, want one matching policy.ErrInvalidRequest", err)
 	}
 }

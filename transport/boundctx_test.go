@@ -223,7 +223,7 @@ func TestNewSuccessAllocations(t *testing.T) {
 // The context and the body wrapper share their allocation with the
 // request copy (304 bytes in Go 1.26): kept to 176 bytes, the whole stays
 // in the 480-byte size class. Each byte more is paid for by every request
-// (a 576-byte object costed about 20 ns more a GET than this one).
+// (a 576-byte object cost about 20 ns more a GET than this one).
 func TestBoundOpSize(t *testing.T) {
 	got := unsafe.Sizeof(boundCtx{}) + unsafe.Sizeof(boundBody{})
 	if want := uintptr(176); got > want {

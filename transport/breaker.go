@@ -155,6 +155,10 @@ func (t *breakerTransport) CloseIdleConnections() { closeIdle(t.next) }
 
 // RoundTrip sends req through its host's breaker.
 func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req, err := checkCaller(req) // the caller's error counts neither way
+	if err != nil {
+		return nil, err
+	}
 	var e *circuit
 	if t.b.c.key == nil && req.URL != nil {
 		e = t.b.slot.GetURL(req.URL)

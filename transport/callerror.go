@@ -51,6 +51,24 @@ func checkBody(r *http.Request, own bool) (*http.Request, error) {
 	return &c.req, nil
 }
 
+// checkCaller is checkBody for the layers that count an outcome against
+// its host (Breaker, RateLimitTracker, Throttle), which may have no Retry
+// above them to check the body first: a request that cannot be sent as
+// written fails here, its body closed, and one whose body may still turn
+// out wrong is sent with that body checked. A body that Retry checked
+// already is sent as it is.
+func checkCaller(req *http.Request) (*http.Request, error) {
+	if _, ok := req.Body.(*checkedBody); ok {
+		return req, nil
+	}
+	r, err := checkBody(req, false)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	return r, nil
+}
+
 var (
 	nopCloserType         = reflect.TypeOf(io.NopCloser(nil))
 	nopCloserWriterToType = reflect.TypeOf(io.NopCloser(struct {

@@ -79,6 +79,7 @@ type hedgeConfig struct {
 	budget       retryBudget
 	countOps     bool
 	refuses      func(*http.Request, time.Time) error // set by New: asks its breakers
+	idleCut      *DeadlineError                       // set by New: IdleTimeout's cut, for the failed bodies it reads
 	classify     policy.Classifier
 	defaultCls   bool
 	bufLimit     int64
@@ -295,7 +296,7 @@ func (t *hedger) acceptable(req *http.Request, r *hedgeResult) bool {
 	}
 	var problem *policy.Problem
 	if r.resp.StatusCode >= 400 {
-		problem = readProblem(r.resp, t.c.probLimit)
+		problem = readProblem(r.resp, t.c.probLimit, t.c.idleCut)
 	}
 	return !t.c.classify(policy.Outcome{
 		Request:  req,
@@ -324,7 +325,7 @@ func (t *hedger) hold(copies []hedgeCopy, held *hedgeResult, r hedgeResult) *hed
 // discard drains and closes a copy's response, then releases its context.
 func (t *hedger) discard(copies []hedgeCopy, r hedgeResult) {
 	if r.resp != nil {
-		drain(r.resp.Body)
+		drain(watchIdle(r.resp.Body, t.c.idleCut))
 	}
 	copies[r.i].cancel()
 }

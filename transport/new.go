@@ -108,6 +108,9 @@ type Options struct {
 	// else: it is read for as long as it makes progress and the caller's
 	// context allows. A 101 Switching Protocols connection is neither
 	// bounded nor cut. The cut comes within IdleTimeout/8 after the limit.
+	// The bodies of failed attempts, which Retry and Hedge read (to parse
+	// a problem, or to drain them before trying again), are cut the same
+	// way, at the limit; the next attempt then goes ahead.
 	// Zero means [DefaultIdleTimeout] (10 minutes); negative means none.
 	IdleTimeout time.Duration
 
@@ -277,6 +280,10 @@ func New(o Options) http.RoundTripper {
 			return newBound(next, boundOperation, timeout, idle, boundTimeout, 0)
 		})
 	}
+	var idleCut *DeadlineError // for the failed bodies that Retry and Hedge read beneath the Timeout layer
+	if idle > 0 {
+		idleCut = &DeadlineError{Bound: boundIdle, Limit: idle}
+	}
 	var retry *retryConfig // tuned below, once the layers beneath exist
 	if on(LayerRetry) {
 		p := o.Retry
@@ -288,6 +295,7 @@ func New(o Options) http.RoundTripper {
 		p.OnGiveUp = both(p.OnGiveUp, h.OnGiveUp)
 		mw := Retry(p)
 		retry = mw(nil).(*retrier).c
+		retry.idleCut = idleCut
 		if p.Budget == nil && !o.DisableRetryBudget {
 			retry.budget = newSharedBudget(&policy.Budget{}, reg)
 		}
@@ -297,6 +305,7 @@ func New(o Options) http.RoundTripper {
 	if o.Hedge != nil {
 		var mw Middleware
 		mw, hedge = newHedge(*o.Hedge, o, retry, reg)
+		hedge.idleCut = idleCut
 		mws = append(mws, mw)
 	}
 	if o.Throttle != nil {

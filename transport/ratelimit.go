@@ -65,6 +65,10 @@ type rateLimiter struct {
 // request, and settles the reservation with the response, or cancels it
 // when the request never reached the server.
 func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
+	req, err := checkCaller(req) // the caller's error uses no quota
+	if err != nil {
+		return nil, err
+	}
 	res, err := l.t.Reserve(req)
 	if err != nil {
 		if req.Body != nil {

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sturdyhttp/sturdy/policy"
 )
 
 // replay knows how to give each attempt the caller's body again.
@@ -37,7 +39,9 @@ func newReplay(req *http.Request, limit int64) (replay, error) {
 	}
 	t := &tee{src: req.Body, limit: limit, declared: req.ContentLength}
 	if req.ContentLength > 0 {
-		t.buf = make([]byte, 0, req.ContentLength)
+		// The declared length is the caller's word, and may be wrong: no
+		// more than the default limit is allocated before bytes arrive.
+		t.buf = make([]byte, 0, min(req.ContentLength, policy.DefaultMaxBufferedBody))
 	}
 	first, _ := t.reader()
 	return replay{get: t.reader, first: first, tee: t}, nil

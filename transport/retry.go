@@ -98,6 +98,7 @@ type retryConfig struct {
 	keyHeader  string
 	budget     retryBudget
 	refuses    func(*http.Request, time.Time) error // set by New: asks its breakers
+	idleCut    *DeadlineError                       // set by New: IdleTimeout's cut, for the failed bodies it reads
 	onAttempt  func(policy.AttemptEvent)
 	onRetry    func(policy.RetryEvent)
 	onGiveUp   func(policy.GiveUpEvent)
@@ -255,7 +256,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		var problem *policy.Problem
 		if err == nil && ctx.Err() == nil {
-			problem = readProblem(resp, c.probLimit)
+			problem = readProblem(resp, c.probLimit, c.idleCut)
 		}
 		now := time.Now()
 		s := policy.State{
@@ -294,7 +295,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			c.onRetry(policy.RetryEvent{Request: req, Attempt: n + 1, Wait: step.Wait, Reason: step.Decision.Reason, Status: status(resp), Err: err})
 		}
 		if resp != nil {
-			drain(resp.Body)
+			drain(watchIdle(resp.Body, c.idleCut))
 		}
 		// The wait runs from the decision, which found that it ends
 		// inside the deadline: the time spent since (draining a slow
@@ -329,7 +330,7 @@ func (t *retrier) giveUp(req *http.Request, attempts int, resp *http.Response, e
 		t.c.onGiveUp(policy.GiveUpEvent{Request: req, Attempts: attempts, Reason: step.Reason, Detail: detail, Status: status(resp), Err: err})
 	}
 	if err != nil {
-		if resp != nil { // a RoundTripper returns a response or an error, not both
+		if resp != nil && resp.Body != nil { // a RoundTripper returns a response or an error, not both
 			resp.Body.Close()
 		}
 		return nil, &RetryError{Attempts: attempts, Reason: step.Reason, Err: err, Refusal: step.Refusal}
@@ -410,8 +411,9 @@ func drain(body io.ReadCloser) {
 }
 
 // readProblem reads up to limit bytes of an RFC 9457 problem body and
-// parses them. The body is put back so the caller reads it whole.
-func readProblem(resp *http.Response, limit int64) *policy.Problem {
+// parses them. The body is put back so the caller reads it whole; with
+// idleCut, it is read, here and after, with that stall cut.
+func readProblem(resp *http.Response, limit int64, idleCut *DeadlineError) *policy.Problem {
 	if limit < 0 || resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
@@ -428,9 +430,10 @@ func readProblem(resp *http.Response, limit int64) *policy.Problem {
 	}
 	var buf bytes.Buffer
 	buf.Grow(int(size) + bytes.MinRead)
-	_, rerr := buf.ReadFrom(io.LimitReader(resp.Body, limit))
+	body := watchIdle(resp.Body, idleCut)
+	_, rerr := buf.ReadFrom(io.LimitReader(body, limit))
 	data := buf.Bytes()
-	resp.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(data), resp.Body), body: resp.Body}
+	resp.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(data), body), body: body}
 	if rerr != nil {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
@@ -421,6 +422,53 @@ func TestBadRequestsDoNotCountAgainstTheHost(t *testing.T) {
 	}
 	if gets != 1 {
 		t.Errorf("GETs at the server = %d, want 1", gets)
+	}
+}
+
+// The same promise without a Retry above the breaker (Breaker in a
+// Chain, or New with LayerRetry off): the layers that count against a
+// host check the body themselves, or net/http would report the failure
+// with an error of no type, and the breaker would count the caller's bad
+// requests against a healthy host until it opened for every caller.
+func TestBadRequestsWithoutRetryDoNotCountAgainstTheHost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rt   func(base http.RoundTripper) http.RoundTripper
+	}{
+		{"Chain(Breaker)", func(base http.RoundTripper) http.RoundTripper {
+			return Chain(base, Breaker(BreakerSettings{ConsecutiveFailures: 2}))
+		}},
+		{"New without Retry", func(base http.RoundTripper) http.RoundTripper {
+			return New(Options{Base: base, Disable: LayerRetry, Breaker: BreakerSettings{ConsecutiveFailures: 2}})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				env := newFakeEnv(t, httptestutil.Status(200, "ok").Forever())
+				c := &http.Client{Transport: tc.rt(env.base)}
+				for i := range 4 {
+					req, _ := http.NewRequest("PUT", env.url+"/a", onlyReader{&failingReader{n: 10}})
+					if i%2 == 1 { // a ContentLength longer than the body
+						req, _ = http.NewRequest("PUT", env.url+"/a", strings.NewReader("abc"))
+						req.ContentLength = 10
+					}
+					resp, err := c.Do(req)
+					if err == nil {
+						resp.Body.Close()
+						t.Fatalf("bad request %d: got status %d, want an error", i+1, resp.StatusCode)
+					}
+					if !errors.Is(err, policy.ErrInvalidRequest) {
+						t.Errorf("bad request %d: err = %v, want one that matches policy.ErrInvalidRequest", i+1, err)
+					}
+				}
+				resp, err := c.Get(env.url + "/health")
+				if err != nil {
+					t.Fatalf("healthy GET after the caller's bad requests: %v (ErrCircuitOpen: %v)", err, errors.Is(err, ErrCircuitOpen))
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			})
+		})
 	}
 }
 

@@ -82,6 +82,10 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil {
 		return t.next.RoundTrip(req)
 	}
+	req, err := checkCaller(req) // the caller's error counts neither way
+	if err != nil {
+		return nil, err
+	}
 	key := HostKey(req)
 	if ok, p := t.t.Allow(key, time.Now()); !ok {
 		if req.Body != nil {
