@@ -146,8 +146,9 @@ func callerEnded(ctx context.Context) bool {
 }
 
 type breakerTransport struct {
-	b    *Breakers
-	next http.RoundTripper
+	b       *Breakers
+	next    http.RoundTripper
+	checked bool // a Retry above checks every body (New): no need to here
 }
 
 // CloseIdleConnections forwards to the next RoundTripper.
@@ -155,9 +156,11 @@ func (t *breakerTransport) CloseIdleConnections() { closeIdle(t.next) }
 
 // RoundTrip sends req through its host's breaker.
 func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	req, err := checkCaller(req) // the caller's error counts neither way
-	if err != nil {
-		return nil, err
+	if !t.checked {
+		var err error
+		if req, err = checkCaller(req, false); err != nil {
+			return nil, err // the caller's error counts neither way
+		}
 	}
 	var e *circuit
 	if t.b.c.key == nil && req.URL != nil {

@@ -52,16 +52,16 @@ func checkBody(r *http.Request, own bool) (*http.Request, error) {
 }
 
 // checkCaller is checkBody for the layers that count an outcome against
-// its host (Breaker, RateLimitTracker, Throttle), which may have no Retry
-// above them to check the body first: a request that cannot be sent as
-// written fails here, its body closed, and one whose body may still turn
-// out wrong is sent with that body checked. A body that Retry checked
-// already is sent as it is.
-func checkCaller(req *http.Request) (*http.Request, error) {
+// its host (Breaker, RateLimitTracker, Throttle) when no Retry above them
+// checks every attempt's body first, and for Hedge's copies: a request
+// that cannot be sent as written fails here, its body closed, and one
+// whose body may still turn out wrong is sent with that body checked. A
+// body checked already is sent as it is.
+func checkCaller(req *http.Request, own bool) (*http.Request, error) {
 	if _, ok := req.Body.(*checkedBody); ok {
 		return req, nil
 	}
-	r, err := checkBody(req, false)
+	r, err := checkBody(req, own)
 	if err != nil {
 		closeBody(req)
 		return nil, err

@@ -275,6 +275,11 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 
 // send sends copy i, r, and delivers its outcome to results.
 func (t *hedger) send(r *http.Request, i int, results chan<- hedgeResult) {
+	r, err := checkCaller(r, true) // a copy's body, from GetBody, is checked as Retry checks an attempt's
+	if err != nil {
+		results <- hedgeResult{i: i, err: err}
+		return
+	}
 	resp, err := t.next.RoundTrip(r)
 	if resp == nil && err == nil {
 		err = errNilResponse

@@ -309,13 +309,23 @@ func New(o Options) http.RoundTripper {
 		mws = append(mws, mw)
 	}
 	if o.Throttle != nil {
-		mws = append(mws, throttleMiddleware(o.Throttle, h.OnThrottle))
+		mw := throttleMiddleware(o.Throttle, h.OnThrottle)
+		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
+			t := mw(next).(*throttler)
+			t.checked = retry != nil
+			return t
+		})
 	}
 	if on(LayerRateLimit) {
 		r := o.RateLimit
 		r.OnWait = both(r.OnWait, h.OnRateLimitWait)
 		r.OnReject = both(r.OnReject, h.OnRateLimitReject)
-		mws = append(mws, RateLimitTracker(ratelimit.NewTrackerOn(r, reg))) // its quotas beside the breakers
+		t := ratelimit.NewTrackerOn(r, reg) // its quotas beside the breakers
+		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
+			l := newRateLimiter(next, t)
+			l.checked = retry != nil
+			return l
+		})
 	}
 	if on(LayerBreaker) {
 		b := o.Breakers
@@ -338,7 +348,9 @@ func New(o Options) http.RoundTripper {
 		if hedge != nil {
 			hedge.refuses = b.refusedAt // no copy only to be refused
 		}
-		mws = append(mws, b.Middleware())
+		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
+			return &breakerTransport{b: b, next: orDefault(next), checked: retry != nil}
+		})
 	}
 	attempt := o.AttemptTimeout
 	if !on(LayerAttemptTimeout) {

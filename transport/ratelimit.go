@@ -57,17 +57,20 @@ func newRateLimiter(next http.RoundTripper, t *ratelimit.Tracker) *rateLimiter {
 }
 
 type rateLimiter struct {
-	next http.RoundTripper
-	t    *ratelimit.Tracker
+	next    http.RoundTripper
+	t       *ratelimit.Tracker
+	checked bool // a Retry above checks every body (New): no need to here
 }
 
 // RoundTrip reserves the request's place in its host's quotas, sends the
 // request, and settles the reservation with the response, or cancels it
 // when the request never reached the server.
 func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
-	req, err := checkCaller(req) // the caller's error uses no quota
-	if err != nil {
-		return nil, err
+	if !l.checked {
+		var err error
+		if req, err = checkCaller(req, false); err != nil {
+			return nil, err // the caller's error uses no quota
+		}
 	}
 	res, err := l.t.Reserve(req)
 	if err != nil {

@@ -74,6 +74,7 @@ type throttler struct {
 	next     http.RoundTripper
 	t        *policy.Throttle
 	onReject func(ThrottleEvent)
+	checked  bool // a Retry above checks every body (New): no need to here
 }
 
 func (t *throttler) CloseIdleConnections() { closeIdle(t.next) }
@@ -82,9 +83,11 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil {
 		return t.next.RoundTrip(req)
 	}
-	req, err := checkCaller(req) // the caller's error counts neither way
-	if err != nil {
-		return nil, err
+	if !t.checked {
+		var err error
+		if req, err = checkCaller(req, false); err != nil {
+			return nil, err // the caller's error counts neither way
+		}
 	}
 	key := HostKey(req)
 	if ok, p := t.t.Allow(key, time.Now()); !ok {
