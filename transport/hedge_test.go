@@ -733,3 +733,38 @@ func TestHedgeWaitsForTheUpload(t *testing.T) {
 		})
 	}
 }
+
+// A hedge's body comes from GetBody; when that body cannot be sent as
+// written (its reader fails), the copy fails with the caller's error,
+// which the breaker beneath does not count against the host (in New,
+// where the layers beneath Retry leave body checks to it, the Hedge
+// checks its copies): the first copy answers, and the breaker, which one
+// counted failure would open, stays closed.
+func TestHedgeCopyBodyErrorIsTheCallers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := httptestutil.NewRecorder(httptestutil.Script(
+			httptestutil.Delay(time.Second, httptestutil.Status(200, "ok")).Forever(),
+		))
+		env := newFakeEnv(t, rec)
+		var opened atomic.Int64
+		c := newStack(env, Options{
+			Hedge:   &policy.Hedge{Delay: 100 * time.Millisecond},
+			Breaker: BreakerSettings{ConsecutiveFailures: 1},
+			Hooks: Hooks{OnBreakerStateChange: func(_ string, _, to BreakerState) {
+				if to == BreakerOpen {
+					opened.Add(1)
+				}
+			}},
+		})
+		req, _ := http.NewRequest("PUT", env.url+"/x", strings.NewReader("body"))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(&failingReader{n: 2}), nil }
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("hedged PUT: %v; want the first copy's answer", err)
+		}
+		readAll(t, resp)
+		if got := opened.Load(); got != 0 {
+			t.Errorf("the breaker opened %d times; want 0: the hedge's body failing is the caller's error", got)
+		}
+	})
+}
