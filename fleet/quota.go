@@ -174,7 +174,7 @@ func (q QuotaStore) Take(ctx context.Context, key, resource string, maxWait time
 			return 0, nil
 		}
 		if f.isDown(now) {
-			d := qv.local(lim).fallback.ReserveN(now, 1).DelayFrom(now)
+			d := reserveLocal(qv.local(lim).fallback, now, maxWait)
 			qv.mu.Unlock()
 			return d, errRedisDown
 		}
@@ -230,7 +230,7 @@ func (q QuotaStore) Take(ctx context.Context, key, resource string, maxWait time
 	}
 	switch {
 	case err != nil:
-		return qv.local(lim).fallback.ReserveN(now, 1).DelayFrom(now), err
+		return reserveLocal(qv.local(lim).fallback, now, maxWait), err
 	case paused:
 		qv.addPause(resource, now.Add(wait))
 		return wait, nil
@@ -245,6 +245,19 @@ func (q QuotaStore) Take(ctx context.Context, key, resource string, maxWait time
 }
 
 var errRedisDown = errors.New("fleet: Redis unreachable; local limits apply until a refresh gets through")
+
+// reserveLocal takes a place in the local fallback's schedule and
+// returns its wait; a place more than maxWait away is not kept (the
+// request fails now), so that refused requests do not push back the
+// ones that follow.
+func reserveLocal(l *rate.Limiter, now time.Time, maxWait time.Duration) time.Duration {
+	r := l.ReserveN(now, 1)
+	d := r.DelayFrom(now)
+	if d > maxWait {
+		r.CancelAt(now)
+	}
+	return d
+}
 
 // local makes the fallback limiter on first use. qv.mu must be held.
 func (qv *quotaView) local(lim limit) *quotaView {
@@ -331,16 +344,20 @@ func (f *Fleet) quotaUpdate(hv *hostView, r rueidis.RedisResult) int {
 		f.report("quota read", callErr("quota read", f.hostKey("q", hv.key), err))
 		return unreachable(err)
 	}
+	var malformed []error // reported once the lock is released: OnError may use the fleet
 	hv.quota.mu.Lock()
-	defer hv.quota.mu.Unlock()
 	for field, v := range m {
 		res, ok := strings.CutPrefix(field, "p:")
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if !ok || err != nil {
-			f.report("quota read", fmt.Errorf("%w: %s: field %q = %q", ErrMalformed, f.hostKey("q", hv.key), field, v))
+			malformed = append(malformed, fmt.Errorf("%w: %s: field %q = %q", ErrMalformed, f.hostKey("q", hv.key), field, v))
 			continue
 		}
 		hv.quota.addPause(res, time.UnixMilli(ms))
+	}
+	hv.quota.mu.Unlock()
+	for _, err := range malformed {
+		f.report("quota read", err)
 	}
 	return 0
 }

@@ -274,3 +274,88 @@ func TestQuotaStoreMalformed(t *testing.T) {
 	}
 	_ = errors.New
 }
+
+// With a wait longer than maxWait, Take takes no place and the request
+// fails now (ratelimit.QuotaStore). With Redis down, the local fallback
+// follows the same rule: a refused Take does not push its schedule back,
+// or every refused request would delay the ones after it.
+func TestQuotaStoreRedisDownRefusedTakesNothing(t *testing.T) {
+	srv := redisproc.StartT(t)
+	f := newFleet(t, srv, fleet.Options{
+		Timeout:         50 * time.Millisecond,
+		RefreshInterval: time.Hour, // only the failed lease marks Redis down
+		Limits:          []fleet.Limit{{Host: host, Requests: 10, Per: time.Second, Processes: 1, Burst: 1}},
+	})
+	q := f.Quotas()
+	if _, err := q.Take(context.Background(), host, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	// The first Take with Redis paused waits its Timeout once and marks
+	// Redis down; from then on, the local limiter: 10/s, one every 100ms.
+	q.Take(context.Background(), host, "", time.Hour)
+	time.Sleep(200 * time.Millisecond) // the local bucket is full again
+	if w, err := q.Take(context.Background(), host, "", 0); err == nil || w != 0 {
+		t.Fatalf("Take with a full local bucket = %v, %v; want no wait (and errRedisDown)", w, err)
+	}
+	// Twenty requests whose budget is 10ms: each would wait ~100ms or
+	// more, so each is refused, and none should take a place.
+	for i := range 20 {
+		w, _ := q.Take(context.Background(), host, "", 10*time.Millisecond)
+		if w <= 10*time.Millisecond {
+			t.Fatalf("Take %d = %v, want a wait past maxWait", i, w)
+		}
+	}
+	// Nothing was taken by the refused ones: the next place is at most
+	// 100ms away, not 2s.
+	w, _ := q.Take(context.Background(), host, "", time.Hour)
+	if w > 150*time.Millisecond {
+		t.Errorf("after 20 refused Takes, the next waits %v, want at most 100ms: the refused ones took places", w)
+	}
+}
+
+// OnError is never called with a lock held: a malformed pause field that
+// the refresh reads is reported once the host's quota view is unlocked,
+// so an OnError that asks the quota store for the same host (as a request
+// sent from the hook through the stack does) goes ahead.
+func TestOnErrorMalformedPauseNoLockHeld(t *testing.T) {
+	srv := redisproc.StartT(t)
+	c := newClient(t, srv)
+	var (
+		f       *fleet.Fleet
+		blocked = make(chan bool, 16)
+	)
+	hook := func(err error) {
+		if !errors.Is(err, fleet.ErrMalformed) {
+			return
+		}
+		// What a request sent from the hook through the stack does:
+		// take its place in the host's quota. Give it a second.
+		done := make(chan struct{})
+		go func() {
+			f.Quotas().Take(context.Background(), host, "", time.Hour)
+			close(done)
+		}()
+		select {
+		case <-done:
+			blocked <- false
+		case <-time.After(time.Second):
+			blocked <- true // (waiting for done here would deadlock: the refresh holds the lock)
+		}
+	}
+	f = newFleet(t, srv, fleet.Options{Limits: []fleet.Limit{{Host: host, Requests: 1000, Per: time.Second}}, OnError: hook})
+	if _, err := f.Quotas().Take(context.Background(), host, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	redisDo(t, c, "HSET", "sturdy:q:{"+host+"}", "p:", "soon")
+	select {
+	case b := <-blocked:
+		if b {
+			t.Errorf("a Take for the host from inside OnError (malformed pause) was blocked for 1s: OnError ran with the quota view's lock held")
+		}
+		redisDo(t, c, "DEL", "sturdy:q:{"+host+"}")
+	case <-time.After(5 * time.Second):
+		t.Fatal("malformed pause never reported to OnError")
+	}
+}
