@@ -1,7 +1,12 @@
 package fleet_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -151,6 +156,74 @@ func TestFleetRetryAfterHoldsOthers(t *testing.T) {
 	for _, at := range srv.at[1:] {
 		if d := at.Sub(seen); d < 1900*time.Millisecond {
 			t.Errorf("a request reached the server %v after the 429, want at least 2s", d)
+		}
+	}
+}
+
+// An exhausted IETF policy holds only the routes counted against it, in
+// every process of the fleet, as a GitHub resource does: the fleet
+// shares its pause under the policy's name, not as a pause of the whole
+// host. Two processes have seen both policies; then "search" is spent
+// for 60 s in the first one's response. In each process, a core request
+// goes at once, and a search request with a 5 s deadline fails at once.
+func TestFleetNamedPolicyHoldsOnlyItsRoutes(t *testing.T) {
+	redis := redisproc.StartT(t)
+	var searchLeft atomic.Int64
+	searchLeft.Store(30)
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/search") {
+			w.Header().Set("RateLimit-Policy", `"search";q=30;w=60`)
+			w.Header().Set("RateLimit", fmt.Sprintf(`"search";r=%d;t=60`, searchLeft.Load()))
+			return
+		}
+		w.Header().Set("RateLimit-Policy", `"core";q=5000;w=3600`)
+		w.Header().Set("RateLimit", `"core";r=4000;t=3000`)
+	})
+	send := func(rt http.RoundTripper, path string) (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", host+path, nil)
+		start := time.Now()
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			return time.Since(start), err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return time.Since(start), nil
+	}
+	var fleets []*fleet.Fleet
+	var rts []http.RoundTripper
+	for range 2 {
+		f := newFleet(t, redis, fleet.Options{})
+		fleets = append(fleets, f)
+		rt := transport.RateLimitAware(ratelimit.Options{Store: f.Quotas()})(httptestutil.NewHandlerTransport(api))
+		rts = append(rts, rt)
+		for _, p := range []string{"/repos/o/r", "/search/code"} {
+			if _, err := send(rt, p); err != nil {
+				t.Fatalf("GET %s: %v", p, err)
+			}
+		}
+	}
+	searchLeft.Store(0)
+	if _, err := send(rts[0], "/search/code"); err != nil {
+		t.Fatalf("the search that spends the policy: %v", err)
+	}
+	c := newClient(t, redis)
+	eventually(t, "the policy's pause published", func() bool {
+		n, _ := redisDo(t, c, "HEXISTS", "sturdy:q:{"+host+"}", "p:policy:search").AsInt64()
+		return n == 1
+	})
+	if n, _ := redisDo(t, c, "HEXISTS", "sturdy:q:{"+host+"}", "p:").AsInt64(); n != 0 {
+		t.Errorf("a pause of the whole host was published; want the policy's only")
+	}
+	nextRefresh(t, fleets[1])
+	for i, rt := range rts {
+		if took, err := send(rt, "/repos/o/r/issues"); err != nil || took > time.Second {
+			t.Errorf("process %d: core request: %v after %v; want it sent at once (core has 4000 left)", i, err, took)
+		}
+		if took, err := send(rt, "/search/code"); !errors.Is(err, ratelimit.ErrQuotaExhausted) || took > time.Second {
+			t.Errorf("process %d: search request: %v after %v; want ErrQuotaExhausted at once (spent for 60s, deadline 5s)", i, err, took)
 		}
 	}
 }

@@ -58,9 +58,7 @@ type quotaState struct {
 // named reports whether the quota names its resource (GitHub's
 // X-RateLimit-Resource, an IETF policy name): it counts only the routes
 // whose responses named it.
-func (q *quotaState) named() bool {
-	return q.resource != "" || (q.family == FamilyRateLimit && q.policy != "")
-}
+func (q *quotaState) named() bool { return fleetName(q.resource, q.policy, q.family) != "" }
 
 // tokens reports whether the quota counts tokens rather than requests:
 // the Tracker cannot count those down, only obey them.

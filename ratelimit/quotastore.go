@@ -87,7 +87,8 @@ func (w *waiter) fleetResource(res *Reservation) string {
 	defer w.st.mu.Unlock()
 	for i := range w.st.quotas[:w.st.nq] {
 		if res.counted&(1<<i) != 0 {
-			return w.st.quotas[i].resource
+			q := &w.st.quotas[i]
+			return fleetName(q.resource, q.policy, q.family)
 		}
 	}
 	return ""
@@ -105,7 +106,22 @@ func fleetSettle(s QuotaStore, key string, qs []Quota, v Verdict, until, now tim
 	}
 	for _, q := range qs {
 		if q.Remaining != Unknown && q.Remaining <= reserve && q.Reset.After(now) {
-			s.Pause(key, q.Resource, q.Reset)
+			s.Pause(key, fleetName(q.Resource, q.Policy, q.Family), q.Reset)
 		}
 	}
+}
+
+// fleetName is the resource under which the fleet shares a quota's
+// pauses, and which the requests counted against it wait for: its
+// Resource, or an IETF policy's name; "" (the whole host) for a quota
+// that has no name of its own, as a provider's requests and tokens
+// quotas, which every request counts against.
+func fleetName(resource, policy string, family Family) string {
+	switch {
+	case resource != "":
+		return resource
+	case family == FamilyRateLimit && policy != "":
+		return "policy:" + policy
+	}
+	return ""
 }
