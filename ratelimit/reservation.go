@@ -72,14 +72,24 @@ func (t *Tracker) Reserve(r *http.Request) (Reservation, error) {
 	}
 	res.st = st
 	w := waiter{t: t, r: r, k: k, st: st, start: time.Now()}
+	// The client-rate place is taken first, and waited for once the
+	// host's quotas have admitted the request: a request that its quotas
+	// would refuse fails at once, not after waiting for its place.
 	if st.client != nil {
-		if err := w.clientRate(&res); err != nil {
+		if err := w.clientPlace(&res); err != nil {
 			return Reservation{}, err
 		}
 	}
 	if err := w.admit(&res); err != nil {
 		res.Cancel()
 		return Reservation{}, err
+	}
+	if res.client != nil {
+		now := time.Now()
+		if err := w.sleep(now, now.Add(res.client.DelayFrom(now)), ReasonClientRate, false); err != nil {
+			res.Cancel()
+			return Reservation{}, err
+		}
 	}
 	if t.o.Store != nil {
 		if err := w.fleetTake(&res); err != nil {

@@ -66,6 +66,9 @@ func TestReservationCancelAfterNewWindow(t *testing.T) {
 func TestResponseVerdict(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	exhausted := []Quota{{Limit: 10, Remaining: 0, Reset: now.Add(time.Minute)}}
+	search := []Quota{{Limit: 30, Remaining: 0, Reset: now.Add(time.Minute), Resource: "search", Family: FamilyXRateLimit}}
+	policy := []Quota{{Limit: 30, Remaining: 0, Reset: now.Add(59 * time.Second), Policy: "search", Family: FamilyRateLimit}}
+	tokens := []Quota{{Limit: 30, Remaining: 0, Reset: now.Add(time.Minute), Policy: "tokens", Family: FamilyOpenAI}}
 	cases := []struct {
 		name   string
 		status int
@@ -82,6 +85,14 @@ func TestResponseVerdict(t *testing.T) {
 		{"429 retry-after 0", 429, hdr("Retry-After", "0"), nil, VerdictNone, 0},
 		{"429 bare", 429, hdr(), nil, VerdictThrottle, 0},
 		{"429 with an exhausted quota", 429, hdr(), exhausted, VerdictNone, 0},
+		// A named quota spent for as long as Retry-After asks holds its own
+		// routes only; an unnamed one, or one that resets sooner, does not
+		// explain the wait.
+		{"429 retry-after, its resource spent as long", 429, hdr("Retry-After", "60"), search, VerdictNone, 0},
+		{"429 retry-after, its policy spent a second less", 429, hdr("Retry-After", "60"), policy, VerdictNone, 0},
+		{"429 retry-after, its resource spent shorter", 429, hdr("Retry-After", "90"), search, VerdictPause, 90 * time.Second},
+		{"429 retry-after, an unnamed quota spent", 429, hdr("Retry-After", "60"), tokens, VerdictPause, time.Minute},
+		{"429 retry-after, a quota spent with no name", 429, hdr("Retry-After", "60"), exhausted, VerdictPause, time.Minute},
 		{"503 bare", 503, hdr(), nil, VerdictNone, 0},
 		{"429 garbage retry-after", 429, hdr("Retry-After", "soon"), nil, VerdictThrottle, 0},
 		{"429 retry-after past 400 days", 429, hdr("Retry-After", "99999999999"), nil, VerdictNone, 0},

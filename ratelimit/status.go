@@ -28,7 +28,10 @@ const (
 // with the end), a slower pace (VerdictThrottle), or nothing. quotas are
 // the quotas h reports (see [ParseAll]); one that is exhausted already
 // holds the requests it counts until its reset, so its 429 asks nothing
-// more. A Retry-After date is measured from the response's Date, as
+// more, even with a Retry-After, when the quota is named (a GitHub
+// resource, an IETF policy) and its reset is no sooner than the wait
+// asked: that quota's routes wait, and the host's others go on. A
+// Retry-After date is measured from the response's Date, as
 // quota resets are. Other statuses, 503 without Retry-After included,
 // ask nothing: a server that is down is the circuit breaker's business.
 func ResponseVerdict(status int, h http.Header, quotas []Quota, now time.Time) (Verdict, time.Time) {
@@ -39,7 +42,16 @@ func ResponseVerdict(status int, h http.Header, quotas []Quota, now time.Time) (
 		if d <= 0 || d > maxReset { // now, or garbage as a reset that far would be
 			return VerdictNone, time.Time{}
 		}
-		return VerdictPause, now.Add(d)
+		until := now.Add(d)
+		for _, q := range quotas {
+			// A named quota spent until then explains the wait: it holds
+			// its own routes, and no others. (Within a second: resets
+			// come in whole seconds.)
+			if q.Remaining == 0 && fleetName(q.Resource, q.Policy, q.Family) != "" && !q.Reset.Add(time.Second).Before(until) {
+				return VerdictNone, time.Time{}
+			}
+		}
+		return VerdictPause, until
 	}
 	if status != http.StatusTooManyRequests {
 		return VerdictNone, time.Time{}

@@ -35,7 +35,9 @@ import (
 //     new window to tell.
 //   - A 429 or 503 with Retry-After pauses the whole host until the time
 //     the server named: every request to it, from every goroutine, waits
-//     for the same moment. The requests held are then let go at the rate
+//     for the same moment. (Unless the response reports a named quota
+//     that is spent until then, a GitHub resource or an IETF policy: that
+//     quota's routes wait, as above, and the host's others go on.) The requests held are then let go at the rate
 //     the host was measured to accept (below), or else spread over at
 //     most a second, at the host's known rate (20 a second when unknown),
 //     in a spread whose end is fixed when the pause ends; requests that

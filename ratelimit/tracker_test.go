@@ -621,3 +621,74 @@ func TestTrackerFullOfBusyHosts(t *testing.T) {
 		}
 	})
 }
+
+// A wait that cannot end before the request's deadline is not started,
+// and that holds for a client-side Rate too: a request whose quota is
+// spent past its deadline fails at once, not after first waiting for its
+// place in the client's rate.
+func TestClientRateThenQuotaPastDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{Rate: 1, Burst: 1})
+		r := newReq(t, nil, "https://api.example.com/x")
+		// The first request takes the client-rate token; its response
+		// says the quota is spent for 10 s.
+		res, err := tr.Reserve(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Settle(&http.Response{StatusCode: 200, Header: quotaHeader(100, 0, 10*time.Second)})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err = tr.Reserve(newReq(t, ctx, "https://api.example.com/x"))
+		took := time.Since(start)
+		var qe *QuotaError
+		if !errors.As(err, &qe) {
+			t.Fatalf("Reserve = %v, want a QuotaError (reset in 10s, deadline in 5s)", err)
+		}
+		if took != 0 {
+			t.Errorf("Reserve failed after %v (reason %q), want at once: it waited only to fail", took, qe.Reason)
+		}
+	})
+}
+
+// One exhausted quota never holds back requests counted against another,
+// even when its 429 carries a Retry-After: a 429 that names its spent
+// resource (search, 0 left, reset in 60 s, Retry-After 60) holds search
+// requests until the reset, and lets core requests (4000 left) go.
+func TestResource429WithRetryAfterHoldsOnlyItsResource(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		start := time.Now()
+		core := newReq(t, nil, "https://api.github.com/repos/o/r")
+		search := newReq(t, nil, "https://api.github.com/search/code")
+		// A core response: 4000 left.
+		res, _ := tr.Reserve(core)
+		res.Settle(&http.Response{StatusCode: 200, Header: hdr(
+			"X-RateLimit-Limit", "5000",
+			"X-RateLimit-Remaining", "4000",
+			"X-RateLimit-Reset", strconv.FormatInt(start.Add(50*time.Minute).Unix(), 10),
+			"X-RateLimit-Resource", "core",
+		)})
+		// A search 429: search spent for 60 s, Retry-After says the same.
+		res, _ = tr.Reserve(search)
+		res.Settle(&http.Response{StatusCode: 429, Header: hdr(
+			"X-RateLimit-Limit", "30",
+			"X-RateLimit-Remaining", "0",
+			"X-RateLimit-Reset", strconv.FormatInt(start.Add(60*time.Second).Unix(), 10),
+			"X-RateLimit-Resource", "search",
+			"Retry-After", "60",
+		)})
+		t0 := time.Now()
+		res, err := tr.Reserve(newReq(t, nil, "https://api.github.com/repos/o/r/issues"))
+		if err != nil || time.Since(t0) != 0 {
+			t.Errorf("core request after a search 429: %v after %v, want to go at once (core has 4000 left)", err, time.Since(t0))
+		}
+		res.Cancel()
+		res, err = tr.Reserve(newReq(t, nil, "https://api.github.com/search/issues"))
+		if err != nil || time.Since(start) < time.Minute {
+			t.Errorf("search request after a search 429: %v at +%v, want it held until the reset (+1m)", err, time.Since(start))
+		}
+		res.Cancel()
+	})
+}

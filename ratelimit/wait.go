@@ -57,6 +57,13 @@ func (w *waiter) budget() (limit time.Time, strict bool, ok bool) {
 	return limit, false, true
 }
 
+// pastBudget reports whether a wait until until would end past the
+// budget: after start+MaxWait, or at or after the request's deadline.
+func (w *waiter) pastBudget(until time.Time) bool {
+	limit, strict, ok := w.budget()
+	return !ok || until.After(limit) || (strict && !until.Before(limit))
+}
+
 // sleep waits until until, or fails fast when that is past the budget.
 // own says the wait is of the Tracker's own making (see waiter.waited).
 func (w *waiter) sleep(now, until time.Time, reason string, own bool) error {
@@ -64,8 +71,7 @@ func (w *waiter) sleep(now, until time.Time, reason string, own bool) error {
 	if d <= 0 {
 		return nil
 	}
-	limit, strict, ok := w.budget()
-	if !ok || until.After(limit) || (strict && !until.Before(limit)) {
+	if w.pastBudget(until) {
 		if own && w.waited {
 			return nil
 		}
@@ -117,17 +123,19 @@ func (w *waiter) awaitNews(now time.Time, news <-chan struct{}) error {
 // whose reset is not known yet; past it, the request goes anyway.
 const awaitNewsMax = time.Second
 
-// clientRate waits for the client-side limiter (Options.Rate), keeping
-// its token in res so that a cancel gives it back.
-func (w *waiter) clientRate(res *Reservation) error {
+// clientPlace takes the request's place in the client-side limiter
+// (Options.Rate), keeping it in res so that a cancel gives it back; Reserve
+// waits for it once the quotas have admitted the request. A place that
+// comes past the budget is not taken: the request fails now.
+func (w *waiter) clientPlace(res *Reservation) error {
 	now := time.Now()
 	cr := w.st.client.ReserveN(now, 1)
 	if !cr.OK() {
 		return w.reject(w.t.o.maxWait(), now.Add(w.t.o.maxWait()), ReasonClientRate)
 	}
-	if err := w.sleep(now, now.Add(cr.DelayFrom(now)), ReasonClientRate, false); err != nil {
+	if d := cr.DelayFrom(now); d > 0 && w.pastBudget(now.Add(d)) {
 		cr.CancelAt(now)
-		return err
+		return w.reject(d, now.Add(d), ReasonClientRate)
 	}
 	res.client = cr
 	return nil

@@ -20,7 +20,9 @@ import (
 //     o.Reserve, reset ahead) waits for the reset; requests counted by
 //     other quotas of the host go on.
 //   - A 429 or 503 with Retry-After pauses the whole host until the time
-//     the server named: every request to it, from every goroutine, waits
+//     the server named (unless a named quota the response reports spent
+//     until then explains it: then that quota's routes wait, and only
+//     they): every request to it, from every goroutine, waits
 //     for the same moment, and is then let go at the rate the host was
 //     measured to accept, or spread over at most a second, rather than
 //     in one burst. 429s teach the host's rate, and the host is paced
