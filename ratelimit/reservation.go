@@ -159,6 +159,16 @@ func (res *Reservation) Settle(resp *http.Response) {
 	st.settle(now, res.at, res.route, qs, status, v, until)
 }
 
+// Holds reports whether Cancel would give something back: a unit of a
+// quota the host's responses report, a slot at its learned rate or in a
+// release spread, a place in the client's rate (Options.Rate) or in the
+// fleet's (Options.Store). A caller that must find out whether a failed
+// request reached its server need only look when it does.
+func (res *Reservation) Holds() bool {
+	return !res.done && (res.counted != 0 || !res.pacedAt.IsZero() || !res.releasedAt.IsZero() ||
+		res.client != nil || res.fleet.taken)
+}
+
 // Cancel gives back what the reservation took, for a request that never
 // reached the server: its unit of each quota that counts it (unless a new
 // window has started since), its slot at the host's learned rate and in a

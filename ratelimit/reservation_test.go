@@ -219,3 +219,31 @@ func itoa(i int) string {
 		}
 	}
 }
+
+// Holds says whether Cancel gives something back: nothing for a host
+// with nothing known; a quota's unit once its responses report one, and
+// nothing more once cancelled.
+func TestReservationHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		res, err := tr.Reserve(newReq(t, nil, "https://api.example.com/x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Holds() {
+			t.Error("nothing known of the host: Holds = true; want false")
+		}
+		res.Settle(&http.Response{StatusCode: 200, Header: quotaHeader(100, 50, time.Minute)})
+		res, err = tr.Reserve(newReq(t, nil, "https://api.example.com/x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Holds() {
+			t.Error("a quota with 50 left: Holds = false; want true (a unit)")
+		}
+		res.Cancel()
+		if res.Holds() {
+			t.Error("after Cancel: Holds = true; want false")
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 
 	"github.com/sturdyhttp/sturdy/policy"
 	"github.com/sturdyhttp/sturdy/ratelimit"
@@ -81,9 +82,19 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	resp, err := l.next.RoundTrip(req)
+	// Whether a failed request reached the server decides whether what
+	// it holds is given back. A context that ends while net/http is
+	// still dialing looks like one that ends after the request went:
+	// only net/http's connection reports tell them apart, and they are
+	// asked for only when something is held.
+	r, watch := req, (*connWatch)(nil)
+	if res.Holds() {
+		watch = newConnWatch()
+		r = req.WithContext(httptrace.WithClientTrace(req.Context(), &watch.trace))
+	}
+	resp, err := l.next.RoundTrip(r)
 	switch {
-	case err != nil && notSent(req, err):
+	case err != nil && (notSent(req, err) || watch != nil && watch.notConnected()):
 		res.Cancel()
 	case err != nil:
 		res.Settle(nil)

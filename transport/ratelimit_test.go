@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -546,4 +547,62 @@ func TestRateLimitAwareRetryAfterDateSkew(t *testing.T) {
 			t.Errorf("second request after %v, want %v (up to 1s of release spreading)", got, want)
 		}
 	})
+}
+
+// A request whose context ends before it reaches the server uses no
+// quota: its unit is given back when net/http reports that it never got
+// a connection (the dial hung), and stays spent once it had one (the
+// request may have been read). The host has 5 left of 10 for an hour;
+// the caller's deadline is 1 s.
+func TestRateLimitContextEndedUsesQuotaOnlyIfConnected(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		connected bool
+		want      int
+	}{
+		{"dial hangs", false, 5},
+		{"server never answers", true, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				defer close(release)
+				base := &http.Transport{
+					DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+						if !tc.connected {
+							<-release // a SYN lost
+							return nil, errors.New("gave up")
+						}
+						client, server := net.Pipe()
+						go func() {
+							io.Copy(io.Discard, server) // reads the request, never answers
+						}()
+						go func() {
+							<-release
+							server.Close()
+						}()
+						return client, nil
+					},
+				}
+				defer base.CloseIdleConnections()
+				tr := ratelimit.NewTracker(ratelimit.Options{})
+				rt := Chain(base, RateLimitTracker(tr))
+				probe, _ := http.NewRequest("GET", "http://api.test/x", nil)
+				h := http.Header{}
+				h.Set("X-RateLimit-Limit", "10")
+				h.Set("X-RateLimit-Remaining", "5")
+				h.Set("X-RateLimit-Reset-After", "3600")
+				tr.Observe(probe, h)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://api.test/x", nil)
+				if _, err := rt.RoundTrip(req); !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("err = %v; want DeadlineExceeded", err)
+				}
+				if q, _ := tr.Quota(probe); q.Remaining != tc.want {
+					t.Errorf("Remaining = %d; want %d", q.Remaining, tc.want)
+				}
+			})
+		})
+	}
 }
