@@ -104,9 +104,27 @@ func fleetSettle(s QuotaStore, key string, qs []Quota, v Verdict, until, now tim
 	if reserve < 0 {
 		return // quota headers never cause a wait
 	}
+	// The other processes ask the fleet for the pauses of one name per
+	// request (fleetResource): a quota shares its pause under its own
+	// name only when it is the one name the response reports; with
+	// several (IETF policies counting the same routes), under the whole
+	// host's.
+	first, several := "", false
+	for _, q := range qs {
+		switch n := fleetName(q.Resource, q.Policy, q.Family); {
+		case first == "":
+			first = n
+		case n != "" && n != first:
+			several = true
+		}
+	}
 	for _, q := range qs {
 		if q.Remaining != Unknown && q.Remaining <= reserve && q.Reset.After(now) {
-			s.Pause(key, fleetName(q.Resource, q.Policy, q.Family), q.Reset)
+			name := fleetName(q.Resource, q.Policy, q.Family)
+			if several {
+				name = ""
+			}
+			s.Pause(key, name, q.Reset)
 		}
 	}
 }

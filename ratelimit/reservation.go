@@ -139,7 +139,7 @@ func (res *Reservation) Settle(resp *http.Response) {
 	now := time.Now()
 	var buf [maxPolicies]Quota
 	qs := parseSeen(h, seen, now, buf[:0])
-	v, until := ResponseVerdict(status, h, qs, now)
+	v, until := responseVerdict(status, h, qs, now, res.t.o.Reserve >= 0)
 	if s := res.t.o.Store; s != nil {
 		fleetSettle(s, res.key.String(), qs, v, until, now, res.t.o.Reserve)
 	}

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/internal/lex"
@@ -30,11 +31,26 @@ const (
 // holds the requests it counts until its reset, so its 429 asks nothing
 // more, even with a Retry-After, when the quota is named (a GitHub
 // resource, an IETF policy) and its reset is no sooner than the wait
-// asked: that quota's routes wait, and the host's others go on. A
-// Retry-After date is measured from the response's Date, as
+// asked (within a second, and it is then held until the wait's end):
+// that quota's routes wait, and the host's others go on. A Retry-After
+// date is measured from the response's Date, as
 // quota resets are. Other statuses, 503 without Retry-After included,
 // ask nothing: a server that is down is the circuit breaker's business.
 func ResponseVerdict(status int, h http.Header, quotas []Quota, now time.Time) (Verdict, time.Time) {
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		quotas = slices.Clone(quotas) // responseVerdict may move a reset
+	}
+	return responseVerdict(status, h, quotas, now, true)
+}
+
+// responseVerdict is ResponseVerdict. With explain, a named quota spent
+// until the end of a Retry-After (within a second: resets come in whole
+// seconds) explains it: the quota holds its own routes, and no others,
+// and its Reset in quotas is moved to that end if it came sooner, so
+// that they wait as long as the server asked. Without explain (quotas
+// that never hold, Options.Reserve < 0), Retry-After always pauses the
+// host.
+func responseVerdict(status int, h http.Header, quotas []Quota, now time.Time, explain bool) (Verdict, time.Time) {
 	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
 		return VerdictNone, time.Time{}
 	}
@@ -43,13 +59,18 @@ func ResponseVerdict(status int, h http.Header, quotas []Quota, now time.Time) (
 			return VerdictNone, time.Time{}
 		}
 		until := now.Add(d)
-		for _, q := range quotas {
-			// A named quota spent until then explains the wait: it holds
-			// its own routes, and no others. (Within a second: resets
-			// come in whole seconds.)
-			if q.Remaining == 0 && fleetName(q.Resource, q.Policy, q.Family) != "" && !q.Reset.Add(time.Second).Before(until) {
-				return VerdictNone, time.Time{}
+		explained := false
+		for i := range quotas {
+			q := &quotas[i]
+			if explain && q.Remaining == 0 && fleetName(q.Resource, q.Policy, q.Family) != "" && !q.Reset.Add(time.Second).Before(until) {
+				if q.Reset.Before(until) {
+					q.Reset = until
+				}
+				explained = true
 			}
+		}
+		if explained {
+			return VerdictNone, time.Time{}
 		}
 		return VerdictPause, until
 	}

@@ -692,3 +692,55 @@ func TestResource429WithRetryAfterHoldsOnlyItsResource(t *testing.T) {
 		res.Cancel()
 	})
 }
+
+// With Options.Reserve < 0 quota headers never cause a wait, and
+// Retry-After pauses still do: a named quota cannot explain a 429's
+// Retry-After when it holds nothing, so the host is paused.
+func TestNegativeReserveStillObeysRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{Reserve: -1})
+		start := time.Now()
+		search := newReq(t, nil, "https://api.github.com/search/code")
+		res, _ := tr.Reserve(search)
+		res.Settle(&http.Response{StatusCode: 429, Header: hdr(
+			"X-RateLimit-Limit", "30",
+			"X-RateLimit-Remaining", "0",
+			"X-RateLimit-Reset", strconv.FormatInt(start.Add(60*time.Second).Unix(), 10),
+			"X-RateLimit-Resource", "search",
+			"Retry-After", "60",
+		)})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		t0 := time.Now()
+		res, err := tr.Reserve(newReq(t, ctx, "https://api.github.com/search/code"))
+		if err == nil {
+			t.Errorf("search request 0s after a 429 with Retry-After: 60 (Reserve -1): let go after %v; want it held (a QuotaError: the pause ends past the 10s deadline)", time.Since(t0))
+			res.Cancel()
+		}
+	})
+}
+
+// A server-asked pause lasts as long as the server asked: a 429 with
+// Retry-After: 60 whose IETF policy resets a second sooner (t=59), which
+// explains it, holds the policy's route until +60s.
+func TestRetryAfterHonouredWhenPolicyResetsSooner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		start := time.Now()
+		u := "https://api.example.com/v1/search"
+		res, _ := tr.Reserve(newReq(t, nil, u))
+		res.Settle(&http.Response{StatusCode: 429, Header: hdr(
+			"RateLimit-Policy", `"search";q=30;w=60`,
+			"RateLimit", `"search";r=0;t=59`,
+			"Retry-After", "60",
+		)})
+		res, err := tr.Reserve(newReq(t, nil, u))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Since(start); got < 60*time.Second {
+			t.Errorf("request after a 429 with Retry-After: 60 let go at +%v; want at +60s or later", got)
+		}
+		res.Cancel()
+	})
+}

@@ -109,6 +109,24 @@ func (b *Breakers) refusedAt(req *http.Request, at time.Time) error {
 	return e.refusal(e.since(), false)
 }
 
+// hedgeRefusedAt is refusedAt for a hedge, a copy beside one sent
+// already: it is refused whenever req's breaker is not closed. A hedge is
+// never needed as a probe (the first copy is one), and a half-open
+// breaker whose probes are all taken would refuse it unsent.
+func (b *Breakers) hedgeRefusedAt(req *http.Request, at time.Time) error {
+	if err := b.refusedAt(req, at); err != nil {
+		return err
+	}
+	k, ok := b.key(req)
+	if !ok {
+		return nil
+	}
+	if e := b.slot.Peek(k); e != nil && BreakerState(e.state.Load()) != BreakerClosed {
+		return e.refusal(e.since(), true)
+	}
+	return nil
+}
+
 // key returns the key of req's breaker; false when req bypasses them.
 func (b *Breakers) key(req *http.Request) (hosts.Key, bool) {
 	if b.c.key != nil {

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -314,17 +315,25 @@ func (t *hedger) acceptable(req *http.Request, r *hedgeResult) bool {
 }
 
 // hold keeps the better of two failures, held (nil at first) and r: a
-// response over an error, else the first. The other is discarded.
+// response over an error, an error over a hedge's refusal unsent (it
+// says nothing of the host), else the first. The other is discarded.
 func (t *hedger) hold(copies []hedgeCopy, held *hedgeResult, r hedgeResult) *hedgeResult {
 	switch {
 	case held == nil:
 		return &r
-	case held.err != nil && r.err == nil:
+	case held.err != nil && r.err == nil,
+		held.err != nil && held.i > 0 && refusedUnsent(held.err) && !refusedUnsent(r.err):
 		t.discard(copies, *held)
 		return &r
 	}
 	t.discard(copies, r)
 	return held
+}
+
+// refusedUnsent reports whether err is a layer's refusal of a copy it
+// never sent: an open (or half-open) breaker, the throttle.
+func refusedUnsent(err error) bool {
+	return errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrThrottled)
 }
 
 // discard drains and closes a copy's response, then releases its context.

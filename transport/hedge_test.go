@@ -768,3 +768,102 @@ func TestHedgeCopyBodyErrorIsTheCallers(t *testing.T) {
 		}
 	})
 }
+
+// A hedge is sent only into a closed breaker. When the first copy is a
+// half-open breaker's probe, a hedge would be refused unsent: it is not
+// made (no OnHedge), and the operation's error is the probe's own, the
+// AttemptTimeout that ended the only request that went out, not the
+// hedge's refusal.
+func TestHedgeNotIntoHalfOpenBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				w.WriteHeader(500) // opens the breaker
+				return
+			}
+			<-r.Context().Done() // the probe hangs
+		}))
+		var hedges atomic.Int32
+		c := newStack(env, Options{
+			AttemptTimeout: time.Second,
+			Breaker:        BreakerSettings{ConsecutiveFailures: 1, Cooldown: time.Second},
+			Hedge:          &policy.Hedge{Delay: 100 * time.Millisecond},
+			Hooks:          Hooks{OnHedge: func(policy.HedgeEvent) { hedges.Add(1) }},
+			Retry:          policy.Retry{MaxAttempts: 1},
+		})
+		resp, err := c.Get(env.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		time.Sleep(2 * time.Second) // past the open period: the next request is a probe
+		_, err = c.Get(env.url)
+		if got := n.Load(); got != 2 {
+			t.Errorf("server got %d requests, want 2", got)
+		}
+		if h := hedges.Load(); h != 0 {
+			t.Errorf("OnHedge called %d times for a copy the half-open breaker refused unsent, want 0", h)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("errors.Is(err, DeadlineExceeded) = false: the probe ran out of AttemptTimeout")
+		}
+		var ce *CircuitOpenError
+		if errors.As(err, &ce) && ce.State == BreakerHalfOpen {
+			t.Errorf("err is the hedge's half-open refusal, not the probe's own failure")
+		}
+	})
+}
+
+// The same with New's default Retry: the retry after a 500 is the
+// half-open probe; the operation ends on the probe's AttemptTimeout.
+func TestHedgeHalfOpenProbeWithDefaultRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				w.WriteHeader(500)
+				return
+			}
+			<-r.Context().Done()
+		}))
+		c := newStack(env, Options{
+			AttemptTimeout: time.Second,
+			Breaker:        BreakerSettings{ConsecutiveFailures: 1, Cooldown: time.Second},
+			Hedge:          &policy.Hedge{Delay: 100 * time.Millisecond},
+		})
+		_, err := c.Get(env.url)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "AttemptTimeout") {
+			t.Errorf("err = %v; want the probe's AttemptTimeout (errors.Is DeadlineExceeded)", err)
+		}
+	})
+}
+
+// A failure kept while other copies run: a response over an error, and
+// any error over a later copy's refusal unsent, which says nothing of the
+// host; otherwise the first.
+func TestHedgeHold(t *testing.T) {
+	refusal := &CircuitOpenError{Key: "http://api.test", State: BreakerHalfOpen}
+	timeout := &DeadlineError{Bound: boundAttempt, Limit: time.Second}
+	resp := func() *http.Response { return &http.Response{StatusCode: 503, Body: http.NoBody} }
+	for _, tc := range []struct {
+		name     string
+		held, r  hedgeResult
+		wantCopy int
+	}{
+		{"a response over an error", hedgeResult{i: 0, err: timeout}, hedgeResult{i: 1, resp: resp()}, 1},
+		{"an error over a hedge's refusal", hedgeResult{i: 1, err: refusal}, hedgeResult{i: 0, err: timeout}, 0},
+		{"the first copy's refusal stays", hedgeResult{i: 0, err: refusal}, hedgeResult{i: 1, err: timeout}, 0},
+		{"the first of two responses", hedgeResult{i: 0, resp: resp()}, hedgeResult{i: 1, resp: resp()}, 0},
+		{"the first of two errors", hedgeResult{i: 1, err: timeout}, hedgeResult{i: 0, err: timeout}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &hedger{c: &hedgeConfig{}}
+			copies := []hedgeCopy{{cancel: func() {}}, {cancel: func() {}}}
+			held := h.hold(copies, nil, tc.held)
+			if got := h.hold(copies, held, tc.r); got.i != tc.wantCopy {
+				t.Errorf("kept copy %d; want copy %d", got.i, tc.wantCopy)
+			}
+		})
+	}
+}

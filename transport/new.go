@@ -346,7 +346,7 @@ func New(o Options) http.RoundTripper {
 			retry.refuses = b.refusedAt // no wait only to be refused
 		}
 		if hedge != nil {
-			hedge.refuses = b.refusedAt // no copy only to be refused
+			hedge.refuses = b.hedgeRefusedAt // no copy only to be refused
 		}
 		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
 			return &breakerTransport{b: b, next: orDefault(next), checked: retry != nil}
