@@ -867,3 +867,30 @@ func TestHedgeHold(t *testing.T) {
 		})
 	}
 }
+
+// In New, the Hedge's empty IdempotencyHeader follows Retry's: a POST
+// that carries a key in Retry.IdempotencyHeader is vouched for, and
+// hedged.
+func TestHedgeKeyHeaderFollowsRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := httptestutil.NewRecorder(httptestutil.Script(
+			httptestutil.Delay(time.Second, httptestutil.Status(200, "ok")).Forever(),
+		))
+		env := newFakeEnv(t, rec)
+		c := newStack(env, Options{
+			Retry: policy.Retry{IdempotencyHeader: "X-Request-Key"},
+			Hedge: &policy.Hedge{Delay: 100 * time.Millisecond},
+		})
+		req, _ := http.NewRequest("POST", env.url+"/orders", strings.NewReader("x"))
+		req.Header.Set("X-Request-Key", "k-1")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		synctest.Wait()
+		if got := rec.Count(); got != 2 {
+			t.Errorf("server got %d requests, want 2: the POST carries a key in Retry's IdempotencyHeader, which Hedge is documented to follow", got)
+		}
+	})
+}

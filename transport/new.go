@@ -384,6 +384,9 @@ func newHedge(p policy.Hedge, o Options, retry *retryConfig, reg *hosts.Registry
 		budget = budgetOf(p.Budget)
 	}
 	if p.IdempotencyHeader == "" {
+		p.IdempotencyHeader = o.Retry.IdempotencyHeader // Retry's, as documented
+	}
+	if p.IdempotencyHeader == "" {
 		p.IdempotencyHeader = o.Idempotency.HeaderName()
 	}
 	if p.Classify == nil {
