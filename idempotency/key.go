@@ -82,7 +82,7 @@ func (o Options) MatchesHost(host string) bool {
 		case h == "*":
 			return true
 		case strings.HasPrefix(h, "*."):
-			suffix := trimDot(h[1:]) // ".example.com"
+			suffix := trimDot(hostname(h))[1:] // ".example.com", on any port
 			if len(host) > len(suffix) && strings.EqualFold(host[len(host)-len(suffix):], suffix) {
 				return true
 			}

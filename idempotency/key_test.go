@@ -102,6 +102,11 @@ func TestMatchesHost(t *testing.T) {
 		{[]string{"*.example.com"}, "a.b.Example.COM:8080", true},
 		{[]string{"*.example.com"}, "example.com", false},
 		{[]string{"*.example.com"}, "badexample.com", false},
+		{[]string{"*.example.com"}, "eu.example.com.", true},
+		{[]string{"*.example.com."}, "eu.example.com", true},
+		{[]string{"*.example.com:443"}, "eu.example.com:443", true}, // a pattern's port, as a hostname's, is ignored
+		{[]string{"*.example.com:443"}, "eu.example.com", true},
+		{[]string{"*.example.com:443"}, "example.com:443", false},
 		{[]string{"*"}, "anything.test:1", true},
 		{[]string{"*"}, "", true},
 		{[]string{"127.0.0.1"}, "127.0.0.1:8080", true},
