@@ -41,8 +41,10 @@ type Hedge struct {
 
 	// Budget, when set, is drawn on for every hedge as for a retry: share
 	// the [Retry] policy's Budget so that retries and hedges together
-	// stay within one bound per host. When it is spent, no hedge is sent.
-	// Nil means no budget.
+	// stay within one bound per host (with the Hedge just beneath the
+	// Retry, as transport.New places it, the Retry alone counts the
+	// operations). When it is spent, no hedge is sent. Nil means no
+	// budget.
 	Budget *Budget
 
 	// Classify decides which responses may not win while another copy is

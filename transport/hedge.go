@@ -95,6 +95,10 @@ type hedger struct {
 	next http.RoundTripper
 	c    *hedgeConfig
 	lat  *policy.Latencies // nil with a fixed delay
+	// opsCounted is set when the Retry just above draws on the same
+	// budget: it counts the operations, and each of its attempts through
+	// here is not one more.
+	opsCounted bool
 }
 
 func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
@@ -118,7 +122,7 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.next.RoundTrip(req)
 	}
 	start := time.Now()
-	if c.countOps && c.budget != nil {
+	if c.countOps && !t.opsCounted && c.budget != nil {
 		c.budget.request(req.URL, clockOf(start))
 	}
 	if !policy.SafeToResend(req, c.keyHeader) {

@@ -894,3 +894,45 @@ func TestHedgeKeyHeaderFollowsRetry(t *testing.T) {
 		}
 	})
 }
+
+// Retry and Hedge sharing one Budget, chained as documented (Hedge just
+// beneath Retry), keep the bound of a Retry alone: MinRetries + Ratio ×
+// operations retries. The Retry counts the operations; each of its
+// attempts through the Hedge is not counted again, or retries would earn
+// budget. The host fails everything; no hedge is ever sent.
+func TestSharedBudgetCountsOperationsOnce(t *testing.T) {
+	for _, withHedge := range []bool{false, true} {
+		name := "Retry alone"
+		if withHedge {
+			name = "Retry over Hedge, one Budget"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var served atomic.Int32
+				base := Func(func(r *http.Request) (*http.Response, error) {
+					served.Add(1)
+					return &http.Response{StatusCode: 503, Body: http.NoBody, Request: r}, nil
+				})
+				b := &policy.Budget{}
+				mws := []Middleware{Retry(policy.Retry{MaxAttempts: 10, Backoff: constant(time.Millisecond), Budget: b})}
+				if withHedge {
+					mws = append(mws, Hedge(policy.Hedge{Delay: time.Hour, Budget: b}))
+				}
+				c := &http.Client{Transport: Chain(base, mws...)}
+				const ops = 100
+				for range ops {
+					resp, err := c.Get("http://api.test/x")
+					if err != nil {
+						t.Fatal(err)
+					}
+					resp.Body.Close()
+				}
+				retries := int(served.Load()) - ops
+				limit := policy.DefaultBudgetMinRetries + int(policy.DefaultBudgetRatio*ops)
+				if retries > limit {
+					t.Errorf("%d retries for %d operations, want at most MinRetries + Ratio × operations = %d", retries, ops, limit)
+				}
+			})
+		})
+	}
+}

@@ -85,6 +85,9 @@ func Retry(p policy.Retry) Middleware {
 		onGiveUp:   p.OnGiveUp,
 	}
 	return func(next http.RoundTripper) http.RoundTripper {
+		if h, ok := next.(*hedger); ok && c.budget != nil && h.c.budget == c.budget {
+			h.opsCounted = true // one Budget: its operations are counted here
+		}
 		return &retrier{next: orDefault(next), c: c}
 	}
 }
