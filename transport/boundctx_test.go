@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -313,4 +314,61 @@ func TestBoundDeadlineIsStartPlusTimeout(t *testing.T) {
 			t.Errorf("time.Until(deadline) = %v, want in (0, %v]", left, timeout)
 		}
 	})
+}
+
+// The ways a bound's context ends, raced: a bound under a cancelable
+// parent and a bound under that one; the parent is canceled and the outer
+// bound released (or cut by its microsecond deadline) while other
+// goroutines ask Done, Err, Cause and AfterFunc. Every Done closes, every
+// AfterFunc runs, Err is set once Done is closed, and Cause agrees with
+// Err. Run it with -race.
+func TestBoundCtxConcurrentEnds(t *testing.T) {
+	for i := 0; i < 3000; i++ {
+		pctx, pcancel := context.WithCancel(context.Background())
+		b1 := newBound(nil, boundOperation, time.Duration(i%3)*time.Microsecond, 0, boundTimeout, 0)
+		b2 := newBound(nil, boundHeaders, time.Duration(i%5)*time.Microsecond, 0, boundAttempt, 0)
+		c1 := &boundCtx{}
+		c1.start(pctx, b1, clockNow())
+		c2 := &boundCtx{}
+		c2.start(c1, b2, clockNow())
+		var wg sync.WaitGroup
+		ran := make(chan struct{}, 2)
+		wg.Add(6)
+		go func() { defer wg.Done(); pcancel() }()
+		go func() { defer wg.Done(); c1.release() }()
+		go func() { defer wg.Done(); c2.AfterFunc(func() { ran <- struct{}{} }) }()
+		go func() { defer wg.Done(); context.AfterFunc(c2, func() { ran <- struct{}{} }) }()
+		go func() { defer wg.Done(); c2.Err(); context.Cause(c2) }()
+		go func() {
+			defer wg.Done()
+			select {
+			case <-c2.Done():
+			case <-time.After(5 * time.Second):
+				t.Errorf("iteration %d: c2.Done never closed (Err %v)", i, c2.Err())
+				return
+			}
+			if c2.Err() == nil {
+				t.Errorf("iteration %d: Done closed, Err nil", i)
+			}
+		}()
+		wg.Wait()
+		for j := 0; j < 2; j++ {
+			select {
+			case <-ran:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("iteration %d: an AfterFunc never ran", i)
+			}
+		}
+		err, cause := c2.Err(), context.Cause(c2)
+		if err == nil || cause == nil {
+			t.Fatalf("iteration %d: Err %v Cause %v", i, err, cause)
+		}
+		var de *DeadlineError
+		if errors.As(cause, &de) != (err == context.DeadlineExceeded) {
+			t.Fatalf("iteration %d: Err %v but Cause %v", i, err, cause)
+		}
+		if t.Failed() {
+			return
+		}
+	}
 }
