@@ -114,6 +114,7 @@ type hedgeResult struct {
 	i    int
 	resp *http.Response
 	err  error
+	ok   bool // acceptable: it may win while other copies run
 }
 
 func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -173,7 +174,7 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 		}
 		i := len(copies)
 		copies = append(copies, hedgeCopy{cancel: cancel})
-		go t.send(r, i, results)
+		go t.send(req, r, i, results)
 	}
 	if body.first != nil {
 		send(body.first)
@@ -240,7 +241,7 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 				t.lat.Observe(key, time.Since(start))
 			}
 			switch {
-			case t.acceptable(req, &r):
+			case r.ok:
 				if held != nil {
 					t.discard(copies, *held)
 				}
@@ -278,8 +279,10 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 	return releaseWithBody(win.resp, win.err, copies[win.i].cancel)
 }
 
-// send sends copy i, r, and delivers its outcome to results.
-func (t *hedger) send(r *http.Request, i int, results chan<- hedgeResult) {
+// send sends copy i, r, of req, and delivers its outcome to results,
+// judged here (a problem body may take time to read) so that the race
+// never waits on one copy while another may win.
+func (t *hedger) send(req, r *http.Request, i int, results chan<- hedgeResult) {
 	r, err := checkCaller(r, true) // a copy's body, from GetBody, is checked as Retry checks an attempt's
 	if err != nil {
 		results <- hedgeResult{i: i, err: err}
@@ -289,7 +292,9 @@ func (t *hedger) send(r *http.Request, i int, results chan<- hedgeResult) {
 	if resp == nil && err == nil {
 		err = errNilResponse
 	}
-	results <- hedgeResult{i: i, resp: resp, err: err}
+	res := hedgeResult{i: i, resp: resp, err: err}
+	res.ok = t.acceptable(req, &res)
+	results <- res
 }
 
 // acceptable reports whether r may win while another copy still runs: a
@@ -340,13 +345,28 @@ func refusedUnsent(err error) bool {
 	return errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrThrottled)
 }
 
-// discard drains and closes a copy's response, then releases its context.
+// discard drains and closes a copy's response, then releases its
+// context. The drain runs on its own goroutine, so that a body that
+// stalls never holds back the race or its winner, and for at most
+// discardWait, after which the copy is canceled, which ends the read.
 func (t *hedger) discard(copies []hedgeCopy, r hedgeResult) {
-	if r.resp != nil {
-		drain(watchIdle(r.resp.Body, t.c.idleCut))
+	cancel := copies[r.i].cancel
+	if r.resp == nil || r.resp.Body == nil {
+		cancel()
+		return
 	}
-	copies[r.i].cancel()
+	body := r.resp.Body
+	go func() {
+		cut := time.AfterFunc(discardWait, cancel)
+		drain(body)
+		cut.Stop()
+		cancel()
+	}()
 }
+
+// discardWait is how long a losing copy's body may take to drain (so that
+// its connection is kept) before the copy is canceled.
+const discardWait = time.Second
 
 // reapHedges waits for the n copies still running, already canceled, and
 // closes whatever response they bring.

@@ -936,3 +936,46 @@ func TestSharedBudgetCountsOperationsOnce(t *testing.T) {
 		})
 	}
 }
+
+// A losing copy whose body stalls never holds back the winner: the first
+// copy answers 503 at 150 ms and its body stalls (a plain one, which the
+// race drains, or a problem, which it reads to judge it); the hedge, sent
+// at 100 ms, answers 200 at 300 ms, and is handed back then.
+func TestHedgeStalledLoserDoesNotHoldTheWinner(t *testing.T) {
+	for _, ct := range []string{"text/plain", "application/problem+json"} {
+		t.Run(ct, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var n atomic.Int32
+				stop := make(chan struct{})
+				env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if n.Add(1) == 1 {
+						time.Sleep(150 * time.Millisecond)
+						w.Header().Set("Content-Type", ct)
+						w.Header().Set("Content-Length", "100")
+						w.WriteHeader(503)
+						w.Write([]byte(`{"title":`))
+						http.NewResponseController(w).Flush()
+						select { // the body stalls
+						case <-r.Context().Done():
+						case <-stop:
+						}
+						return
+					}
+					time.Sleep(200 * time.Millisecond)
+					w.Write([]byte("ok"))
+				}))
+				defer close(stop)
+				c := &http.Client{Transport: Chain(env.base, Hedge(policy.Hedge{Delay: 100 * time.Millisecond}))}
+				start := time.Now()
+				resp, err := c.Get(env.url)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := time.Since(start); got != 300*time.Millisecond || resp.StatusCode != 200 {
+					t.Errorf("got %d after %v; want the hedge's 200 at 300ms", resp.StatusCode, got)
+				}
+				readAll(t, resp)
+			})
+		})
+	}
+}
