@@ -24,9 +24,10 @@ import (
 //     got a response), and no further hedge is sent after a failure:
 //     trying again is [Retry]'s job, with its backoff.
 //   - Every other copy is canceled at once; a response it had already is
-//     drained (bounded) and closed, and one that arrives after the cancel
-//     is closed in the background (its connection is being torn down: a
-//     drain would read nothing).
+//     drained (bounded) and closed in the background, and canceled if its
+//     body does not end within a second; one that arrives after the
+//     cancel is closed (its connection is being torn down: a drain would
+//     read nothing). The race never waits on a losing copy.
 //   - The winner is handed back as it came: its context is not canceled
 //     by the hedge (it is released when its body is read to the end or
 //     closed), so its body stays readable after RoundTrip returns.
@@ -40,7 +41,9 @@ import (
 //     copy: canceling it cancels them all at once.
 //
 // Place it inside Retry and outside [RateLimitAware] and [Breaker]: each
-// copy is a request the server counts and the breaker judges.
+// copy is a request the server counts and the breaker judges. A hedge is
+// sent only while the breaker is closed. A Retry just above that shares
+// h.Budget counts the operations; the Hedge then counts only its hedges.
 func Hedge(h policy.Hedge) Middleware {
 	mw, _ := hedgeMiddleware(h, budgetOf(h.Budget), true)
 	return mw
