@@ -41,9 +41,11 @@ import (
 //     copy: canceling it cancels them all at once.
 //
 // Place it inside Retry and outside [RateLimitAware] and [Breaker]: each
-// copy is a request the server counts and the breaker judges. A hedge is
-// sent only while the breaker is closed. A Retry just above that shares
-// h.Budget counts the operations; the Hedge then counts only its hedges.
+// copy is a request the server counts and the breaker judges (in [New],
+// a hedge is sent only while its host's breaker is closed; a copy that a
+// breaker beneath refuses unsent never replaces another copy's outcome).
+// A Retry just above that shares h.Budget counts the operations; the
+// Hedge then counts only its hedges.
 func Hedge(h policy.Hedge) Middleware {
 	mw, _ := hedgeMiddleware(h, budgetOf(h.Budget), true)
 	return mw
