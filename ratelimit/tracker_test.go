@@ -655,69 +655,56 @@ func TestClientRateThenQuotaPastDeadline(t *testing.T) {
 // One exhausted quota never holds back requests counted against another,
 // even when its 429 carries a Retry-After: a 429 that names its spent
 // resource (search, 0 left, reset in 60 s, Retry-After 60) holds search
-// requests until the reset, and lets core requests (4000 left) go.
-func TestResource429WithRetryAfterHoldsOnlyItsResource(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tr := NewTracker(Options{})
-		start := time.Now()
-		core := newReq(t, nil, "https://api.github.com/repos/o/r")
-		search := newReq(t, nil, "https://api.github.com/search/code")
-		// A core response: 4000 left.
-		res, _ := tr.Reserve(core)
-		res.Settle(&http.Response{StatusCode: 200, Header: hdr(
-			"X-RateLimit-Limit", "5000",
-			"X-RateLimit-Remaining", "4000",
-			"X-RateLimit-Reset", strconv.FormatInt(start.Add(50*time.Minute).Unix(), 10),
-			"X-RateLimit-Resource", "core",
-		)})
-		// A search 429: search spent for 60 s, Retry-After says the same.
-		res, _ = tr.Reserve(search)
-		res.Settle(&http.Response{StatusCode: 429, Header: hdr(
-			"X-RateLimit-Limit", "30",
-			"X-RateLimit-Remaining", "0",
-			"X-RateLimit-Reset", strconv.FormatInt(start.Add(60*time.Second).Unix(), 10),
-			"X-RateLimit-Resource", "search",
-			"Retry-After", "60",
-		)})
-		t0 := time.Now()
-		res, err := tr.Reserve(newReq(t, nil, "https://api.github.com/repos/o/r/issues"))
-		if err != nil || time.Since(t0) != 0 {
-			t.Errorf("core request after a search 429: %v after %v, want to go at once (core has 4000 left)", err, time.Since(t0))
-		}
-		res.Cancel()
-		res, err = tr.Reserve(newReq(t, nil, "https://api.github.com/search/issues"))
-		if err != nil || time.Since(start) < time.Minute {
-			t.Errorf("search request after a search 429: %v at +%v, want it held until the reset (+1m)", err, time.Since(start))
-		}
-		res.Cancel()
-	})
-}
-
-// With Options.Reserve < 0 quota headers never cause a wait, and
-// Retry-After pauses still do: a named quota cannot explain a 429's
-// Retry-After when it holds nothing, so the host is paused.
-func TestNegativeReserveStillObeysRetryAfter(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tr := NewTracker(Options{Reserve: -1})
-		start := time.Now()
-		search := newReq(t, nil, "https://api.github.com/search/code")
-		res, _ := tr.Reserve(search)
-		res.Settle(&http.Response{StatusCode: 429, Header: hdr(
-			"X-RateLimit-Limit", "30",
-			"X-RateLimit-Remaining", "0",
-			"X-RateLimit-Reset", strconv.FormatInt(start.Add(60*time.Second).Unix(), 10),
-			"X-RateLimit-Resource", "search",
-			"Retry-After", "60",
-		)})
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		t0 := time.Now()
-		res, err := tr.Reserve(newReq(t, ctx, "https://api.github.com/search/code"))
-		if err == nil {
-			t.Errorf("search request 0s after a 429 with Retry-After: 60 (Reserve -1): let go after %v; want it held (a QuotaError: the pause ends past the 10s deadline)", time.Since(t0))
-			res.Cancel()
-		}
-	})
+// requests until the reset, and lets core requests (4000 left) go. With
+// Options.Reserve < 0 quotas hold nothing, so they explain no wait: the
+// Retry-After pauses the whole host, core included. Each request has a
+// 10 s deadline: held, it fails at once.
+func TestResource429WithRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		reserve  int
+		coreHeld bool
+	}{
+		{0, false},
+		{-1, true},
+	} {
+		t.Run(fmt.Sprintf("Reserve=%d", tc.reserve), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr := NewTracker(Options{Reserve: tc.reserve})
+				start := time.Now()
+				res, _ := tr.Reserve(newReq(t, nil, "https://api.github.com/repos/o/r"))
+				res.Settle(&http.Response{StatusCode: 200, Header: hdr(
+					"X-RateLimit-Limit", "5000",
+					"X-RateLimit-Remaining", "4000",
+					"X-RateLimit-Reset", strconv.FormatInt(start.Add(50*time.Minute).Unix(), 10),
+					"X-RateLimit-Resource", "core",
+				)})
+				res, _ = tr.Reserve(newReq(t, nil, "https://api.github.com/search/code"))
+				res.Settle(&http.Response{StatusCode: 429, Header: hdr(
+					"X-RateLimit-Limit", "30",
+					"X-RateLimit-Remaining", "0",
+					"X-RateLimit-Reset", strconv.FormatInt(start.Add(60*time.Second).Unix(), 10),
+					"X-RateLimit-Resource", "search",
+					"Retry-After", "60",
+				)})
+				for _, r := range []struct {
+					path string
+					held bool
+				}{
+					{"/repos/o/r/issues", tc.coreHeld},
+					{"/search/issues", true},
+				} {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					t0 := time.Now()
+					res, err := tr.Reserve(newReq(t, ctx, "https://api.github.com"+r.path))
+					if held := errors.Is(err, ErrQuotaExhausted); held != r.held || time.Since(t0) != 0 {
+						t.Errorf("%s after a search 429: %v after %v; want held: %t, at once", r.path, err, time.Since(t0), r.held)
+					}
+					res.Cancel()
+					cancel()
+				}
+			})
+		})
+	}
 }
 
 // A server-asked pause lasts as long as the server asked: a 429 with
