@@ -81,7 +81,8 @@ type circuit struct {
 	streakFrom atomic.Int64   // since epoch: when the run's first failure ended
 	streakSeq  atomic.Uint64  // failSeq as the run's first failure left it
 	failSeq    atomic.Uint64  // failures counted while closed, ever
-	quietRun   atomic.Uint64  // failures in a row, each sent after the last one ended
+	quietRun   atomic.Uint64  // failures in a row, each sent after the last one counted ended
+	quietSeq   atomic.Uint64  // failSeq as the last failure counted in quietRun left it
 
 	cb *gobreaker.CircuitBreaker[struct{}]
 
@@ -129,10 +130,13 @@ func (e *circuit) open(now time.Duration) bool {
 
 // record counts the outcome of a request sent while the circuit was
 // closed, in generation gen; seq is failSeq as it was when the request
-// was sent. A failure that overlapped another (failSeq moved while it was
-// in flight) is part of one event, such as connections dialed together
-// and hung by one fault timing out together: it does not lengthen the
-// quiet host's run. A busy host's run counts the failures of requests
+// was sent. A failure that was in flight when the last one counted ended
+// is part of one event with it, such as connections dialed together and
+// hung by one fault timing out together: it does not lengthen the quiet
+// host's run. A request sent after that one ended is fresh evidence, and
+// does, whatever else was in flight (a few callers, each sending one
+// request at a time to a host that hangs them all, overlap each other
+// forever). A busy host's run counts the failures of requests
 // sent after its first failure: those already in flight then (every
 // request of a client that a stall held up, timing out one after the
 // other) neither lengthen it nor break it. Fresh requests that fail too
@@ -158,8 +162,15 @@ func (e *circuit) record(gen uint64, v policy.HostVerdict, seq uint64) {
 		}
 		e.win.Add(int64(now), 0, 1)
 		n := e.failSeq.Add(1)
-		if n-1 == seq {
-			e.quietRun.Add(1)
+		for {
+			q := e.quietSeq.Load()
+			if seq < q { // in flight when the last counted failure ended
+				break
+			}
+			if e.quietSeq.CompareAndSwap(q, n) {
+				e.quietRun.Add(1)
+				break
+			}
 		}
 		if e.streak.CompareAndSwap(0, 1) { // this failure starts a run
 			e.streakSeq.Store(n)

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -193,6 +194,47 @@ func TestBreakerTripsAfterConsecutiveFailures(t *testing.T) {
 				}
 				if got, want := host.hits.Load(), int64(tt.trips); got != want {
 					t.Errorf("host hits = %d, want %d (refused requests must not be sent)", got, want)
+				}
+			})
+		})
+	}
+}
+
+// A quiet host that hangs every request opens its breaker after
+// ConsecutiveFailures timeouts, however many callers each send one
+// request at a time to it: staggered, each failure ends while another
+// caller's request is in flight, and a run that counted only failures
+// no other overlapped never grew. A Deadline of 2 s beneath the breaker
+// times each request out; the callers start a second apart.
+func TestBreakerQuietHostOverlappingCallersTrip(t *testing.T) {
+	for _, callers := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("callers=%d", callers), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := Func(func(r *http.Request) (*http.Response, error) {
+					<-r.Context().Done()
+					return nil, r.Context().Err()
+				})
+				var opened atomic.Int64
+				start := time.Now()
+				rt := Chain(base, Breaker(BreakerSettings{OnStateChange: func(_ string, _, to BreakerState) {
+					if to == BreakerOpen {
+						opened.CompareAndSwap(0, int64(time.Since(start)))
+					}
+				}}), Deadline(2*time.Second))
+				var wg sync.WaitGroup
+				for i := range callers {
+					wg.Go(func() {
+						time.Sleep(time.Duration(i) * time.Second)
+						for time.Since(start) < time.Minute && opened.Load() == 0 {
+							breakerSend(t, rt, "http://api.test/")
+						}
+					})
+				}
+				wg.Wait()
+				// 5 failures counted, one per timeout: open at 10 s (+ the
+				// last caller's start).
+				if got, want := time.Duration(opened.Load()), 10*time.Second+time.Duration(callers-1)*time.Second; got == 0 || got > want {
+					t.Errorf("opened at %v; want by %v", got, want)
 				}
 			})
 		})
