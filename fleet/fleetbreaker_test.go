@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,4 +235,74 @@ func TestFleetBreakersState(t *testing.T) {
 	}
 	fleets[0].Breakers().Publish(host, transport.SharedBreakerState{State: transport.BreakerClosed}) // a probe elsewhere closed it
 	eventually(t, "the fleet's close", func() bool { return breakers[1].State(u) == transport.BreakerClosed })
+}
+
+// While a host is half-open, one request in the whole fleet probes it,
+// and the others are refused until the prober publishes the outcome,
+// even when the probe takes longer than Cooldown (the host answers in
+// 1 s, as an LLM API does): the probe's claim lasts as long as the probe
+// may run.
+func TestFleetOneProbeWhileSlowProbeInFlight(t *testing.T) {
+	redis := redisproc.StartT(t)
+	var inFlight, maxInFlight, requests atomic.Int64
+	srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			m := maxInFlight.Load()
+			if n <= m || maxInFlight.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(time.Second)
+		w.Write([]byte("ok"))
+	})
+	stacks := newStacks(t, redis, 2, srv, transport.BreakerSettings{}) // default Cooldown 200ms
+	// The fleet holds the host open for a moment (another process tripped).
+	stacks[0].f.Breakers().Publish(host, transport.SharedBreakerState{State: transport.BreakerOpen, Until: time.Now().Add(100 * time.Millisecond)})
+	for _, s := range stacks {
+		get(s.rt) // refused (open) or sent; marks the view used
+	}
+	for _, s := range stacks {
+		nextRefresh(t, s.f)
+	}
+	time.Sleep(time.Until(stacks[0].f.Breakers().Load(host).Until) + 10*time.Millisecond)
+	if st := stacks[1].f.Breakers().Load(host); st.State != transport.BreakerOpen {
+		t.Fatalf("fleet view = %+v, want open (half-open now)", st)
+	}
+	before := requests.Load()
+	var wg sync.WaitGroup
+	wg.Go(func() { get(stacks[0].rt) }) // the fleet's probe: 1s
+	time.Sleep(400 * time.Millisecond)
+	status, err := get(stacks[1].rt)
+	wg.Wait()
+	if n := requests.Load() - before; n != 1 || maxInFlight.Load() > 1 {
+		t.Errorf("half-open fleet: %d requests reached the host, %d at once (second process: status %d, err %v); want 1 probe, the other refused with ErrCircuitOpen",
+			n, maxInFlight.Load(), status, err)
+	}
+	if !errors.Is(err, transport.ErrCircuitOpen) {
+		t.Errorf("second process while the fleet's probe is in flight: status %d, err %v; want ErrCircuitOpen", status, err)
+	}
+}
+
+// A breaker state in Redis that no process of the fleet could have
+// written (an open period a day long, where Cooldown is 200 ms; or one
+// process's wall clock a day ahead) is treated as absent: the request
+// goes out under local state.
+func TestFleetImplausibleOpenPeriodIsIgnored(t *testing.T) {
+	redis := redisproc.StartT(t)
+	srv := &switchable{}
+	stacks := newStacks(t, redis, 1, srv, transport.BreakerSettings{}) // Cooldown 200ms
+	get(stacks[0].rt)                                                  // the host is in use
+	c := newClient(t, redis)
+	until := time.Now().Add(24 * time.Hour).UnixMilli()
+	redisDo(t, c, "HSET", "sturdy:brk:{"+host+"}", "s", "o", "u", strconv.FormatInt(until, 10), "v", "1")
+	nextRefresh(t, stacks[0].f)
+	time.Sleep(time.Second) // 5 Cooldowns
+	_, err := get(stacks[0].rt)
+	var ce *transport.CircuitOpenError
+	if errors.As(err, &ce) {
+		t.Errorf("host up, local breaker closed, fleet key says open for a day: err = %v (RetryIn %v); want the request sent under local state", err, ce.RetryIn)
+	}
 }

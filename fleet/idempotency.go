@@ -130,6 +130,12 @@ func (s *IdempotencyStore) Begin(ctx context.Context, key, fingerprint string, l
 	rk := s.redisKey(key)
 	vals, err := idemBegin.Exec(ctx, s.client, []string{rk}, []string{fingerprint, token, millis(lockTTL)}).ToArray()
 	if err != nil {
+		// The script may run yet: sent, and answered too late. The lock
+		// it would take holds this token, which no one else knows, until
+		// lockTTL: release it, in a command sent behind it (which says
+		// the lock was lost, and changes nothing, if the script never
+		// runs).
+		go s.Release(context.WithoutCancel(ctx), key, token)
 		return idempotency.BeginResult{}, fmt.Errorf("fleet: idempotency begin %q: %w", rk, err)
 	}
 	st, _ := str(vals, 0)

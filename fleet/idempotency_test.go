@@ -310,3 +310,54 @@ func FuzzDecodeResponse(f *testing.F) {
 		fleet.DecodeResponseForTest(string(b)) // must not panic
 	})
 }
+
+// A Begin that times out on a slow Redis (the handler answers 503 and
+// asks the client to come back in 1 s) leaves no lock behind: its script
+// may run on Redis after the client gave up, and the lock it takes, whose
+// token only the failed Begin knew, would refuse every retry with 409
+// "still being processed" for the whole LockTTL (5 min by default),
+// though nothing runs. Begin releases it. (Whether rueidis wrote the
+// command before the timeout varies, so the test tries a few keys.)
+func TestIdempotencyBeginTimeoutLeavesNoLock(t *testing.T) {
+	redis := redisproc.StartT(t)
+	store := fleet.NewIdempotencyStore(newClient(t, redis), fleet.IdempotencyOptions{Timeout: 100 * time.Millisecond})
+	if _, err := store.Begin(context.Background(), "warm", "fp", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, redis)
+	var runs atomic.Int32
+	h := idempotency.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}), idempotency.HandlerOptions{Store: store, OnStoreError: func(*http.Request, error) {}})
+	post := func(key string) int {
+		req := httptest.NewRequest("POST", "/charges", strings.NewReader(`{"amount":1}`))
+		req.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	for i := range 5 {
+		key := fmt.Sprintf("order-%d", i)
+		redis.Pause()
+		first := post(key)
+		redis.Resume()
+		if first != http.StatusServiceUnavailable {
+			t.Fatalf("with Redis paused: %d, want 503", first)
+		}
+		time.Sleep(200 * time.Millisecond)
+		locked, _ := redisDo(t, c, "HEXISTS", "sturdy:idem:{"+key+"}", "tok").AsInt64()
+		if locked == 0 {
+			continue
+		}
+		time.Sleep(time.Second) // the Retry-After the 503 asked for
+		var codes []int
+		for range 3 {
+			codes = append(codes, post(key))
+			time.Sleep(500 * time.Millisecond)
+		}
+		pttl, _ := redisDo(t, c, "PTTL", "sturdy:idem:{"+key+"}").AsInt64()
+		t.Fatalf("a Begin that failed (503) left %s locked (PTTL %dms); with Redis back, retries over 1.5s got %v and the handler ran %d times; want it to run (201)",
+			key, pttl, codes, runs.Load())
+	}
+}

@@ -85,7 +85,8 @@ func (b *Breakers) State(u *url.URL) BreakerState {
 		}
 	}
 	if s := b.c.store; s != nil {
-		st = max(st, fleetState(s.Load(k.String()), time.Now()))
+		now := time.Now()
+		st = max(st, fleetState(fleetView(s, k.String(), now, b.c.cooldown), now))
 	}
 	return st
 }
@@ -99,7 +100,7 @@ func (b *Breakers) refusedAt(req *http.Request, at time.Time) error {
 	}
 	e := b.slot.Peek(k)
 	if e != nil && b.c.store != nil {
-		if err := fleetRefusedAt(b.c.store, e.name, at); err != nil {
+		if err := fleetRefusedAt(b.c.store, e.name, at, b.c.cooldown); err != nil {
 			return err
 		}
 	}

@@ -68,15 +68,16 @@ type SharedBreakerState struct {
 // with fleetSettle. The store is asked (with its own short deadline) only
 // while the fleet's view is half-open: open, with its open period over,
 // and no outcome published since.
-func fleetAdmit(ctx context.Context, s BreakerStore, key string, probeTTL time.Duration) (probe bool, refusal *CircuitOpenError) {
-	fs := s.Load(key)
+func fleetAdmit(ctx context.Context, s BreakerStore, key string, cooldown time.Duration) (probe bool, refusal *CircuitOpenError) {
+	now := time.Now()
+	fs := fleetView(s, key, now, cooldown)
 	if fs.State != BreakerOpen {
 		return false, nil
 	}
-	if wait := time.Until(fs.Until); wait > 0 {
+	if wait := fs.Until.Sub(now); wait > 0 {
 		return false, &CircuitOpenError{Key: key, State: BreakerOpen, RetryIn: wait}
 	}
-	won, err := s.ClaimProbe(ctx, key, probeTTL)
+	won, err := s.ClaimProbe(ctx, key, probeTTL(ctx, now, cooldown))
 	switch {
 	case err != nil: // the store cannot tell: the process decides alone
 		return false, nil
@@ -86,13 +87,49 @@ func fleetAdmit(ctx context.Context, s BreakerStore, key string, probeTTL time.D
 	return true, nil
 }
 
+// probeTTL is how long the fleet's probe may hold its claim: as long as
+// it may run (its context's deadline, or maxProbeClaim without one), so
+// that no other process probes while it is out; at least cooldown. Its
+// outcome, published, ends the claim sooner.
+func probeTTL(ctx context.Context, now time.Time, cooldown time.Duration) time.Duration {
+	ttl := maxProbeClaim
+	if dl, ok := ctx.Deadline(); ok {
+		ttl = dl.Sub(now)
+	}
+	return max(ttl, cooldown)
+}
+
+// maxProbeClaim is how long a probe with no deadline holds the fleet's
+// claim.
+const maxProbeClaim = time.Minute
+
+// fleetView is the fleet's state of key as Load gives it, unless it holds
+// the circuit open past what any process could have asked (cooldown,
+// plus fleetClockSkew for the clocks of the processes that published
+// it): a value this process could not have written is treated as absent,
+// and the process decides on its own state.
+func fleetView(s BreakerStore, key string, now time.Time, cooldown time.Duration) SharedBreakerState {
+	fs := s.Load(key)
+	if fs.State == BreakerOpen && fs.Until.After(now.Add(cooldown+fleetClockSkew)) {
+		return SharedBreakerState{}
+	}
+	return fs
+}
+
+// fleetClockSkew is how far ahead of this process's clock another
+// process's may run: an open state published by it may end that much
+// later than a cooldown from now.
+const fleetClockSkew = time.Second
+
 // fleetSettle publishes the outcome of the fleet's probe: the host is
 // back, or down for another cooldown. An outcome that says nothing about
-// the host (the caller canceled) publishes nothing; the claim then
-// expires.
+// the host (the caller canceled) publishes the open state as it was, over
+// (the fleet half-open): that gives up the claim, so that another
+// process may probe at once.
 func fleetSettle(s BreakerStore, key string, failed, ignored bool, cooldown time.Duration) {
 	switch {
 	case ignored:
+		s.Publish(key, SharedBreakerState{State: BreakerOpen, Until: time.Now()})
 	case failed:
 		s.Publish(key, SharedBreakerState{State: BreakerOpen, Until: time.Now().Add(cooldown)})
 	default:
@@ -128,9 +165,10 @@ func (e *circuit) publish(to BreakerState) {
 	}
 }
 
-// fleetState is the state that the fleet's view fs gives a circuit at
-// now: open until fs.Until, half-open after it, else closed. The states'
-// order (closed, half-open, open) is that of how much they refuse.
+// fleetState is the state that the fleet's view fs (see fleetView) gives
+// a circuit at now: open until fs.Until, half-open after it, else closed.
+// The states' order (closed, half-open, open) is that of how much they
+// refuse.
 func fleetState(fs SharedBreakerState, now time.Time) BreakerState {
 	switch {
 	case fs.State != BreakerOpen:
@@ -143,8 +181,8 @@ func fleetState(fs SharedBreakerState, now time.Time) BreakerState {
 
 // fleetRefusedAt returns the refusal that a request to key would meet at
 // the time at because the fleet holds its circuit open until after then.
-func fleetRefusedAt(s BreakerStore, key string, at time.Time) error {
-	fs := s.Load(key)
+func fleetRefusedAt(s BreakerStore, key string, at time.Time, cooldown time.Duration) error {
+	fs := fleetView(s, key, time.Now(), cooldown)
 	if fs.State != BreakerOpen || !at.Before(fs.Until) {
 		return nil
 	}
