@@ -278,12 +278,13 @@ var streamTypes = [...]string{
 	"application/x-json-stream",
 	"multipart/x-mixed-replace",
 	"application/grpc",
+	"application/grpc-web",
 	"application/vnd.amazon.eventstream",
 }
 
 var streamPrefixes = [...]string{
 	"application/grpc+",    // application/grpc+proto, +json
-	"application/grpc-web", // grpc-web, grpc-web+proto, grpc-web-text
+	"application/grpc-web", // grpc-web+proto, grpc-web-text, grpc-web-text+proto
 	"application/connect+", // Connect's streaming protocol
 }
 
