@@ -105,8 +105,12 @@ type op struct {
 	start   time.Duration // from the start of the run
 	latency time.Duration // until the caller had its answer or gave up
 	ok      bool          // a 200 and its whole body, within the deadline
-	open    bool          // refused by an open circuit (sturdy only)
+	open    bool          // refused by an open circuit before any attempt was sent (sturdy only)
 }
+
+// sentKey is the context key of an operation's count of the attempts it
+// sent (not refused by the breaker).
+type sentKey struct{}
 
 // result is what one run measured.
 type result struct {
@@ -331,15 +335,27 @@ func newClient(c config, k kind, url string, onBreaker func(string, transport.Br
 	onAttempt func(policy.AttemptEvent)) (func(context.Context) op, func()) {
 	switch k {
 	case kindSturdy:
+		counted := func(ev policy.AttemptEvent) {
+			if n, ok := ev.Request.Context().Value(sentKey{}).(*atomic.Int32); ok && !errors.Is(ev.Err, transport.ErrCircuitOpen) {
+				n.Add(1)
+			}
+			if onAttempt != nil {
+				onAttempt(ev)
+			}
+		}
 		rt := transport.New(transport.Options{
 			Timeout: c.Deadline,
 			Breaker: transport.BreakerSettings{Cooldown: c.Cooldown}, // zero: the default
-			Hooks:   transport.Hooks{OnBreakerStateChange: onBreaker, OnAttempt: onAttempt},
+			Hooks:   transport.Hooks{OnBreakerStateChange: onBreaker, OnAttempt: counted},
 		})
 		hc := &http.Client{Transport: rt}
 		return func(ctx context.Context) op {
-			err := get(ctx, hc, url)
-			return op{ok: err == nil, open: errors.Is(err, transport.ErrCircuitOpen)}
+			// Failed fast: refused by the breaker with nothing sent. An
+			// operation whose first attempt got a 503 and whose retry met
+			// the breaker open waited on the server: it is not one.
+			var sent atomic.Int32
+			err := get(context.WithValue(ctx, sentKey{}, &sent), hc, url)
+			return op{ok: err == nil, open: err != nil && sent.Load() == 0 && errors.Is(err, transport.ErrCircuitOpen)}
 		}, hc.CloseIdleConnections
 	case kindBackoff:
 		hc := &http.Client{Transport: cleanhttp.DefaultPooledTransport()}
