@@ -88,6 +88,13 @@ func NewPayments(c PaymentsConfig) *Payments {
 	}
 	p.mux = http.NewServeMux()
 	p.mux.HandleFunc("POST /charges", p.charge)
+	p.mux.HandleFunc("/charges", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", http.MethodPost)
+		problem(w, http.StatusMethodNotAllowed, "Method not allowed", r.Method+" /charges: charges are made with POST")
+	})
+	p.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, http.StatusNotFound, "Not found", r.URL.Path+" is not a path of this API")
+	})
 	return p
 }
 

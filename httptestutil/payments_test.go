@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -223,4 +224,32 @@ func TestPaymentsConcurrentSameKey(t *testing.T) {
 			t.Errorf("Charges() = %d, want 1", got)
 		}
 	})
+}
+
+// Every error is an RFC 9457 problem, the router's own included: a path
+// the API does not have (404) and a method /charges does not take (405,
+// with Allow).
+func TestPaymentsErrorsAreProblems(t *testing.T) {
+	p := NewPayments(PaymentsConfig{})
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{"POST", "/charges", 400, ""}, // no key
+		{"POST", "/refunds", 404, ""},
+		{"GET", "/", 404, ""},
+		{"GET", "/charges", 405, "POST"},
+	} {
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, httptest.NewRequest(tc.method, tc.path, strings.NewReader(`{}`)))
+		var pb ProblemBody
+		err := json.Unmarshal(w.Body.Bytes(), &pb)
+		if ct := w.Header().Get("Content-Type"); w.Code != tc.status || ct != "application/problem+json" || err != nil || pb.Status != tc.status {
+			t.Errorf("%s %s: %d %q %q; want %d with a problem+json body", tc.method, tc.path, w.Code, ct, strings.TrimSpace(w.Body.String()), tc.status)
+		}
+		if got := w.Header().Get("Allow"); got != tc.allow {
+			t.Errorf("%s %s: Allow = %q; want %q", tc.method, tc.path, got, tc.allow)
+		}
+	}
 }
