@@ -73,16 +73,21 @@ func SlogHooks(l *slog.Logger) Hooks {
 	if l == nil {
 		l = slog.Default()
 	}
-	log := func(level slog.Level, msg string, r *http.Request, attrs ...slog.Attr) {
+	// on returns the context to log an event of r at level with, and
+	// whether l logs it: an event's attributes are built only then.
+	on := func(level slog.Level, r *http.Request) (context.Context, bool) {
 		ctx := context.Background()
 		if r != nil {
 			ctx = r.Context()
 		}
-		if !l.Enabled(ctx, level) {
-			return
-		}
+		return ctx, l.Enabled(ctx, level)
+	}
+	log := func(ctx context.Context, level slog.Level, msg string, r *http.Request, attrs ...slog.Attr) {
 		if r != nil {
-			attrs = append(attrs, slog.String(attrMethod, r.Method), slog.String(attrServer, r.URL.Host), slog.String(attrPath, r.URL.Path))
+			attrs = append(attrs, slog.String(attrMethod, r.Method))
+			if r.URL != nil {
+				attrs = append(attrs, slog.String(attrServer, r.URL.Host), slog.String(attrPath, r.URL.Path))
+			}
 		}
 		l.LogAttrs(ctx, level, msg, attrs...)
 	}
@@ -94,38 +99,58 @@ func SlogHooks(l *slog.Logger) Hooks {
 	}
 	return Hooks{
 		OnAttempt: func(e policy.AttemptEvent) {
-			log(slog.LevelDebug, msgAttempt, e.Request, slog.Int(attrAttempt, e.Attempt), outcome(e.Status, e.Err), slog.Duration(attrDuration, e.Duration))
+			if ctx, ok := on(slog.LevelDebug, e.Request); ok {
+				log(ctx, slog.LevelDebug, msgAttempt, e.Request, slog.Int(attrAttempt, e.Attempt), outcome(e.Status, e.Err), slog.Duration(attrDuration, e.Duration))
+			}
 		},
 		OnRetry: func(e policy.RetryEvent) {
-			log(slog.LevelInfo, msgRetry, e.Request, slog.Int(attrAttempt, e.Attempt), slog.Duration(attrWait, e.Wait), slog.String(attrReason, string(e.Reason)), outcome(e.Status, e.Err))
+			if ctx, ok := on(slog.LevelInfo, e.Request); ok {
+				log(ctx, slog.LevelInfo, msgRetry, e.Request, slog.Int(attrAttempt, e.Attempt), slog.Duration(attrWait, e.Wait), slog.String(attrReason, string(e.Reason)), outcome(e.Status, e.Err))
+			}
 		},
 		OnGiveUp: func(e policy.GiveUpEvent) {
-			log(slog.LevelWarn, msgGiveUp, e.Request, slog.Int(attrAttempts, e.Attempts), slog.String(attrReason, string(e.Reason)), outcome(e.Status, e.Err))
+			if ctx, ok := on(slog.LevelWarn, e.Request); ok {
+				log(ctx, slog.LevelWarn, msgGiveUp, e.Request, slog.Int(attrAttempts, e.Attempts), slog.String(attrReason, string(e.Reason)), outcome(e.Status, e.Err))
+			}
 		},
 		OnBreakerStateChange: func(key string, from, to BreakerState) {
 			level := slog.LevelInfo
 			if to == BreakerOpen {
 				level = slog.LevelWarn
 			}
-			log(level, msgBreaker, nil, slog.String(attrKey, key), slog.String(attrFrom, from.String()), slog.String(attrTo, to.String()))
+			if ctx, ok := on(level, nil); ok {
+				log(ctx, level, msgBreaker, nil, slog.String(attrKey, key), slog.String(attrFrom, from.String()), slog.String(attrTo, to.String()))
+			}
 		},
 		OnRateLimitWait: func(e ratelimit.WaitEvent) {
-			log(slog.LevelInfo, msgRateLimitWait, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
+			if ctx, ok := on(slog.LevelInfo, e.Request); ok {
+				log(ctx, slog.LevelInfo, msgRateLimitWait, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
+			}
 		},
 		OnRateLimitReject: func(e ratelimit.RejectEvent) {
-			log(slog.LevelWarn, msgRateLimitReject, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
+			if ctx, ok := on(slog.LevelWarn, e.Request); ok {
+				log(ctx, slog.LevelWarn, msgRateLimitReject, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
+			}
 		},
 		OnHedge: func(e policy.HedgeEvent) {
-			log(slog.LevelInfo, msgHedge, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
+			if ctx, ok := on(slog.LevelInfo, e.Request); ok {
+				log(ctx, slog.LevelInfo, msgHedge, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
+			}
 		},
 		OnHedgeWon: func(e policy.HedgeEvent) {
-			log(slog.LevelInfo, msgHedgeWon, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed), slog.Int(attrStatus, e.Status))
+			if ctx, ok := on(slog.LevelInfo, e.Request); ok {
+				log(ctx, slog.LevelInfo, msgHedgeWon, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed), slog.Int(attrStatus, e.Status))
+			}
 		},
 		OnCopyCanceled: func(e policy.HedgeEvent) {
-			log(slog.LevelDebug, msgCopyCanceled, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
+			if ctx, ok := on(slog.LevelDebug, e.Request); ok {
+				log(ctx, slog.LevelDebug, msgCopyCanceled, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
+			}
 		},
 		OnThrottle: func(e ThrottleEvent) {
-			log(slog.LevelWarn, msgThrottle, e.Request, slog.String(attrKey, e.Host), slog.Float64(attrProb, e.Probability))
+			if ctx, ok := on(slog.LevelWarn, e.Request); ok {
+				log(ctx, slog.LevelWarn, msgThrottle, e.Request, slog.String(attrKey, e.Host), slog.Float64(attrProb, e.Probability))
+			}
 		},
 	}
 }

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"reflect"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -90,5 +93,66 @@ func TestSlogHooksDisabledLevelLogsNothing(t *testing.T) {
 	h.OnRetry(policy.RetryEvent{Request: req, Attempt: 2})
 	if buf.Len() != 0 {
 		t.Errorf("logged %q at a disabled level", buf.String())
+	}
+}
+
+type reviewGCountingErr struct{ n *int }
+
+func (e reviewGCountingErr) Error() string { *e.n++; return "boom" }
+
+// An event at a level that the logger does not enable costs only the
+// enabled check: no error text, no allocation.
+func TestSlogHooksDisabledCostsOnlyEnabledCheck(t *testing.T) {
+	l := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
+	h := SlogHooks(l)
+	req, _ := http.NewRequest("GET", "http://x.test/a", nil)
+	var calls int
+	err := reviewGCountingErr{&calls}
+	h.OnAttempt(policy.AttemptEvent{Request: req, Attempt: 1, Err: err, Duration: time.Millisecond})
+	h.OnRetry(policy.RetryEvent{Request: req, Attempt: 2, Err: err})
+	h.OnGiveUp(policy.GiveUpEvent{Request: req, Attempts: 2, Err: err})
+	if calls != 0 {
+		t.Errorf("disabled level: err.Error() called %d times; want 0 (only the enabled check)", calls)
+	}
+	dialErr := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, Err: errors.New("connection refused")}
+	cases := []struct {
+		name string
+		fire func()
+	}{
+		{"attempt status", func() { h.OnAttempt(policy.AttemptEvent{Request: req, Attempt: 1, Status: 200}) }},
+		{"attempt error", func() { h.OnAttempt(policy.AttemptEvent{Request: req, Attempt: 1, Err: errors.ErrUnsupported}) }},
+		{"attempt dial error", func() { h.OnAttempt(policy.AttemptEvent{Request: req, Attempt: 1, Err: dialErr}) }},
+		{"retry", func() { h.OnRetry(policy.RetryEvent{Request: req, Attempt: 2, Status: 503}) }},
+		{"hedge", func() { h.OnHedge(policy.HedgeEvent{Request: req, Copy: 2}) }},
+	}
+	for _, c := range cases {
+		if a := testing.AllocsPerRun(100, c.fire); a != 0 {
+			t.Errorf("%s at a disabled level: %v allocs per event, want 0 (only the enabled check)", c.name, a)
+		}
+	}
+}
+
+// A request the stack is handed with no URL is the caller's error and is
+// reported as one; the logging hooks log it without its host and path,
+// and do not panic.
+func TestSlogHooksRequestWithoutURL(t *testing.T) {
+	l := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rt := New(Options{
+		Base:      Func(func(*http.Request) (*http.Response, error) { return nil, errors.New("base: nil URL") }),
+		RateLimit: ratelimit.Options{Rate: 0.001, Burst: 1, MaxWait: time.Millisecond},
+		Hooks:     SlogHooks(l),
+	})
+	for i := range 2 {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("request %d with nil URL: panic %v\n%s", i+1, p, debug.Stack())
+				}
+			}()
+			req := &http.Request{Method: "GET", Header: http.Header{}}
+			if resp, err := rt.RoundTrip(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
 	}
 }
