@@ -21,11 +21,11 @@ const (
 // Latency buckets are log-linear over microseconds: values below
 // 2^subBits µs have a bucket each; above, every power of two is cut into
 // 2^subBits buckets, so a bucket is at most 1/2^subBits (25%) wide. The
-// last bucket holds everything from about 67 s up.
+// last bucket holds everything from 2^(maxExp+1) µs, about 134 s, up.
 const (
 	subBits       = 2
 	subBuckets    = 1 << subBits
-	maxExp        = 26 // 2^26 µs is about 67 s
+	maxExp        = 26 // the buckets of [2^26, 2^27) µs are the last bounded ones: 67 s to 134 s
 	latencyBucket = (maxExp-subBits+2)*subBuckets + 1
 	// recomputeEvery is how many samples pass between two computations
 	// of a host's quantile: reading the quantile is one atomic load.
@@ -38,13 +38,16 @@ const (
 // has taken longer than most requests to that host.
 //
 // Each host's sketch is a pair of fixed histograms of 105 log-linear
-// buckets (25% wide, 1 µs to 67 s): samples go to the current one, and
+// buckets (25% wide, 1 µs to 134 s, and one above): samples go to the current one, and
 // when it holds Window samples the older one is cleared and becomes
 // current, so the quantile covers the last Window to 2×Window samples.
 // Recording a sample is an atomic add; reading the quantile is an atomic
 // load (it is recomputed every 16 samples); there is no lock on either
 // path. A quantile is the upper edge of its bucket, so it errs long: a
 // hedge delay never undercuts the true quantile by more than rounding.
+// A quantile above 134 s, in the last bucket, which has no upper edge,
+// is not reported: Delay says that nothing is known, and the request is
+// sent once (a copy sent after minutes would seldom win).
 //
 // The zero value is ready to use with the documented defaults; a
 // Latencies must not be copied after first use. It is safe for
@@ -164,13 +167,13 @@ func (s *sketch) compute(q float64, min int) time.Duration {
 	}
 	rank := int64(math.Ceil(q * float64(total)))
 	var seen int64
-	for b, c := range counts {
+	for b, c := range counts[:latencyBucket-1] {
 		seen += c
 		if seen >= rank {
 			return bucketUpper(b)
 		}
 	}
-	return bucketUpper(latencyBucket - 1)
+	return 0 // in the last bucket, which has no upper edge
 }
 
 // bucketOf returns the bucket of a latency.

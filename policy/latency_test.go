@@ -200,3 +200,27 @@ func TestHedgeDefaults(t *testing.T) {
 		}
 	}
 }
+
+// A quantile is the upper edge of its bucket, never under the true one,
+// up to the sketch's range (about 134 s); above it, in the last bucket,
+// which has no edge, no delay is reported, and the request is sent once:
+// a host whose completions take minutes is not hedged at 134 s.
+func TestLatenciesLongQuantiles(t *testing.T) {
+	for _, lat := range []time.Duration{
+		30 * time.Second, 100 * time.Second, 134 * time.Second, 140 * time.Second, 3 * time.Minute, 20 * time.Minute,
+	} {
+		var l Latencies
+		for range 100 {
+			l.Observe("h", lat)
+		}
+		d, ok := l.Delay("h")
+		switch {
+		case lat >= 1<<27*time.Microsecond:
+			if ok {
+				t.Errorf("every sample %v: delay %v; want none (past the sketch's range)", lat, d)
+			}
+		case !ok || d < lat || d > lat+lat/4:
+			t.Errorf("every sample %v: delay %v, %t; want in [%v, %v]", lat, d, ok, lat, lat+lat/4)
+		}
+	}
+}
