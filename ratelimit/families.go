@@ -178,13 +178,13 @@ func parseStructured(h http.Header, c *clock, dst []Quota) []Quota {
 	n := len(dst)
 	if v := joined(h, "Ratelimit"); v != "" {
 		l := lex.NewList(v)
-		for len(dst)-n < maxPolicies {
+		for {
 			m, ok := l.Next()
 			if !ok {
 				break
 			}
 			name, isName := policyName(m)
-			if !isName {
+			if !isName || len(dst)-n == maxPolicies { // past the kept ones, read on only to find a malformed field
 				continue
 			}
 			r, ok := m.Params.Int("r")

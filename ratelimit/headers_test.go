@@ -1,7 +1,9 @@
 package ratelimit
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -502,5 +504,42 @@ func TestParseAll(t *testing.T) {
 	if got := ParseAll(ietf, clientNow, nil); len(got) != 2 || got[0].Policy != "burst" || got[1].Policy != "daily" ||
 		got[1].Limit != 1000 || got[1].Window != 24*time.Hour {
 		t.Errorf("ParseAll(IETF) = %+v, want burst and daily with their policies", got)
+	}
+}
+
+// A malformed RateLimit field is ignored as a whole, as the draft
+// requires, however many members come before its fault: past the 16
+// quotas kept, the rest is still read to find one. A well-formed field of
+// 20 members keeps its first 16.
+func TestMalformedRateLimitIgnoredAsAWhole(t *testing.T) {
+	members := func(n int) string {
+		var m []string
+		for i := range n {
+			m = append(m, fmt.Sprintf(`"p%d";r=%d;t=1`, i, i+1))
+		}
+		return strings.Join(m, ", ")
+	}
+	tests := []struct {
+		name  string
+		field string
+	}{
+		{"15 members then garbage (control)", members(15) + `, ?garbage`},
+		{"16 members then garbage", members(16) + `, ?garbage`},
+		{"16 members then trailing comma", members(16) + `,`},
+		{"17 members, the 17th unterminated", members(16) + `, "p16;r=1`},
+	}
+	if got := ParseAll(hdr("RateLimit", members(20)), clientNow, nil); len(got) != maxPolicies || got[15].Policy != "p15" {
+		t.Errorf("20 well-formed members: %d quotas; want the first %d", len(got), maxPolicies)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := hdr("RateLimit", tt.field)
+			if all := ParseAll(h, clientNow, nil); len(all) != 0 {
+				t.Errorf("malformed RateLimit gave %d quotas (first %+v), want none", len(all), all[0])
+			}
+			if q, ok := ParseHeaders(h, clientNow); ok {
+				t.Errorf("ParseHeaders = %+v, true; want false", q)
+			}
+		})
 	}
 }
