@@ -22,8 +22,14 @@ trap 'rm -f "$bin"' EXIT
 go test -c -o "$bin" .
 
 count() { # count REGEX N: instructions of N operations (plus setup)
-  GOGC=off GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-    "$bin" -test.run '^$' -test.bench "$1" -test.benchtime "${2}x" 2>&1 | awk '/Collected/{print $4}'
+  local out
+  out=$(GOGC=off GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+    "$bin" -test.run '^$' -test.bench "$1" -test.benchtime "${2}x" 2>&1)
+  if [ "$(grep -c '^Benchmark.* ns/op' <<<"$out")" -ne 1 ]; then
+    echo "$1 does not match exactly one benchmark" >&2
+    exit 1
+  fi
+  awk '/Collected/{print $4}' <<<"$out"
 }
 
 if [ $# -gt 0 ]; then

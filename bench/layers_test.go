@@ -71,7 +71,7 @@ func BenchmarkSturdyLayers(b *testing.B) {
 // works.
 func TestSturdyVariants(t *testing.T) {
 	for _, v := range sturdyVariants {
-		opts := transport.Options{Base: memTransport{}, Disable: v.disable}
+		opts := transport.Options{Base: memTransport{}, Disable: v.disable, DisableRetryBudget: v.noBudget}
 		if v.timeout {
 			opts.Timeout = -1
 		}
