@@ -67,23 +67,23 @@ type Settings struct {
 
 // Phase is one fault and how many connections it hits.
 type Phase struct {
-	Name   string
-	Toxics []Toxic
+	Name   string  // the fault, for tables and test names
+	Toxics []Toxic // what toxiproxy does to the connections
 }
 
 // Op is one operation of a run and what came of it.
 type Op struct {
-	ID       string
-	Key      string // the Idempotency-Key the caller set; "" when unvouched
-	Body     []byte
-	BodySHA  string
-	Start    time.Time
-	Deadline time.Time
+	ID       string    // the operation's id, sent in its body
+	Key      string    // the Idempotency-Key the caller set; "" when unvouched
+	Body     []byte    // the request body
+	BodySHA  string    // the body's SHA-256, hex, as the upstream's receipt gives it
+	Start    time.Time // when the caller called
+	Deadline time.Time // the caller's deadline
 	End      time.Time // when the response's body was read, or the error came
 	OK       bool      // a 2xx with a receipt for this body, read whole
-	Status   int
-	Receipt  Receipt
-	Err      error
+	Status   int       // the final response's status; 0 on an error
+	Receipt  Receipt   // what the upstream answered, read from the body
+	Err      error     // the operation's error
 }
 
 // Took returns how long the operation took.
@@ -91,16 +91,16 @@ func (o *Op) Took() time.Duration { return o.End.Sub(o.Start) }
 
 // Result is what one run did: the operations, and the upstream's records.
 type Result struct {
-	Phase    string
-	Client   string
-	Bare     bool
-	Settings Settings
-	Ops      []*Op
-	Arrivals []Arrival
-	Effects  map[string]int // side effects per operation
-	Charges  map[string]string
-	Conns    int64
-	Elapsed  time.Duration
+	Phase    string            // the phase's name
+	Client   string            // the client's name
+	Bare     bool              // the client has no retries of its own
+	Settings Settings          // what the run was given
+	Ops      []*Op             // the operations, in the order they started
+	Arrivals []Arrival         // every request that reached the upstream
+	Effects  map[string]int    // side effects per operation
+	Charges  map[string]string // the charge made for each operation id
+	Conns    int64             // connections the upstream accepted
+	Elapsed  time.Duration     // from the first operation's start to the quiet end
 }
 
 // Run runs s.Ops operations of one client through a fresh proxy with the
@@ -270,8 +270,8 @@ func runOp(parent context.Context, do Doer, url string, op *Op, s Settings) {
 
 // Summary is one row of the suite's table.
 type Summary struct {
-	Phase, Client string
-	Ops, OK       int
+	Phase, Client string // the run's
+	Ops, OK       int    // operations, and those that succeeded
 	// Duplicates counts side effects beyond the first, over all
 	// operations.
 	Duplicates int
@@ -291,8 +291,8 @@ type Summary struct {
 	// Longest is the longest operation; Overshoot how far the latest one
 	// ended past its deadline (0 when none did).
 	Longest, Overshoot time.Duration
-	Conns              int64
-	Arrivals           int
+	Conns              int64 // connections the upstream accepted
+	Arrivals           int   // requests that reached the upstream
 }
 
 // Summarize counts what the suite checks, for the table.

@@ -58,9 +58,9 @@ type Arrival struct {
 	At       time.Time // when the body ended (or failed)
 	Deadline time.Time // when the operation's caller gives up (DeadlineHeader)
 	Status   int       // the status answered; 0 when nothing was
-	// Performed reports that this request had the side effect; PerformedAt
-	// is when.
-	Performed   bool
+	// Performed reports that this request had the side effect.
+	Performed bool
+	// PerformedAt is when it had it.
 	PerformedAt time.Time
 }
 
@@ -249,10 +249,10 @@ func (u *Upstream) perform(w http.ResponseWriter, r *http.Request) {
 
 // Receipt is the upstream's answer to a performed request.
 type Receipt struct {
-	Op      string `json:"op"`
-	Charge  string `json:"charge"`
-	BodySHA string `json:"body_sha256"`
-	Pad     string `json:"pad"`
+	Op      string `json:"op"`          // the operation's id
+	Charge  string `json:"charge"`      // the charge the side effect made
+	BodySHA string `json:"body_sha256"` // the SHA-256, hex, of the body received
+	Pad     string `json:"pad"`         // filler, so that the body spans several reads
 }
 
 // hashBody hashes a request body as it is read, and marks the arrival

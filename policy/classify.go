@@ -56,7 +56,9 @@ type Decision struct {
 	Reason string
 	// RetryAfter is the wait the server asked for (Retry-After,
 	// retry-after-ms); valid when HasRetryAfter.
-	RetryAfter    time.Duration
+	RetryAfter time.Duration
+	// HasRetryAfter says that the server asked for a wait: RetryAfter
+	// holds it (zero means "now").
 	HasRetryAfter bool
 }
 
@@ -74,6 +76,8 @@ type Classifier func(Outcome) Decision
 // false, so it is escalated to the caller rather than waited on.
 type RetriableError interface {
 	error
+	// Retriable reports whether the operation the error ended may be
+	// tried again.
 	Retriable() bool
 }
 

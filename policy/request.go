@@ -83,6 +83,8 @@ type BodyError struct {
 	Err           error // the reader's error; nil when the length is wrong
 }
 
+// Error says what was wrong with the body: its reader's error, or its
+// length against ContentLength.
 func (e *BodyError) Error() string {
 	if e.Err != nil {
 		return "policy: invalid request: reading the body: " + e.Err.Error()

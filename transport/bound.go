@@ -348,6 +348,7 @@ type ResponseBodyError struct {
 	Err    error // why it failed
 }
 
+// Error gives the status, the bytes read and why the body failed.
 func (e *ResponseBodyError) Error() string {
 	return "transport: response body (status " + strconv.Itoa(e.Status) + ") failed after " + strconv.FormatInt(e.Read, 10) + " bytes: " + e.Err.Error()
 }

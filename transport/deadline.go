@@ -56,6 +56,8 @@ type DeadlineError struct {
 	Limit time.Duration
 }
 
+// Error names the bound and its limit: "transport: Timeout of 10m0s
+// exceeded".
 func (e *DeadlineError) Error() string {
 	switch e.Bound {
 	case "":

@@ -24,6 +24,7 @@ type ThrottleError struct {
 	Probability float64 // the probability of rejection it was judged with
 }
 
+// Error names the host and the rejection probability.
 func (e *ThrottleError) Error() string {
 	return "transport: throttled locally for " + e.Host + " (reject probability " +
 		strconv.FormatFloat(e.Probability, 'f', 2, 64) + ")"
