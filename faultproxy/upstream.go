@@ -252,7 +252,7 @@ type Receipt struct {
 	Op      string `json:"op"`          // the operation's id
 	Charge  string `json:"charge"`      // the charge the side effect made
 	BodySHA string `json:"body_sha256"` // the SHA-256, hex, of the body received
-	Pad     string `json:"pad"`         // filler, so that the body spans several reads
+	Pad     string `json:"pad"`         // padding, so that a cut can fall inside the body (responsePad)
 }
 
 // hashBody hashes a request body as it is read, and marks the arrival
