@@ -216,8 +216,9 @@ func printTable(out io.Writer, c config, sums []summary) {
 		fmt.Fprintln(out, breakerNote(c, st.breaker))
 	}
 	fmt.Fprintln(out, "[1] requests whose operation's deadline (sent along in the "+deadlineHeader+" header) had passed when the server got them.")
-	fmt.Fprintln(out, "[2] refused at once by an open circuit breaker (transport.ErrCircuitOpen): the caller did not wait on a server that")
-	fmt.Fprintln(out, "    was down, and the server got nothing.")
+	fmt.Fprintln(out, "[2] refused by an open circuit breaker (transport.ErrCircuitOpen) before any attempt was sent: the caller did not")
+	fmt.Fprintln(out, "    wait on a server that was down, and the server got nothing. An operation whose retry met the breaker open after")
+	fmt.Fprintln(out, "    an attempt had failed waited on the server: it counts as failed after waiting.")
 	fmt.Fprintln(out, "[3] from the server's return: operations are grouped by start time in 100 ms buckets; the first bucket from which")
 	fmt.Fprintln(out, "    every later one had at least 99% of its operations succeed. Latency counts every operation, failed ones too.")
 	fmt.Fprintln(out)
