@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/policy"
@@ -169,6 +170,10 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 	ctx := req.Context()
 	copies := make([]hedgeCopy, 0, 1+c.hedges)
 	results := make(chan hedgeResult, 1+c.hedges) // never blocks a copy
+	// answered is set when a copy's round trip returns, before it is
+	// judged (which may read a problem body): from then on no hedge is
+	// sent, as none is once a copy has its headers.
+	var answered atomic.Bool
 	// send starts a copy of req with its own context, so that it can be
 	// canceled alone, and the given body.
 	send := func(b io.ReadCloser) {
@@ -179,7 +184,7 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 		}
 		i := len(copies)
 		copies = append(copies, hedgeCopy{cancel: cancel})
-		go t.send(req, r, i, results)
+		go t.send(req, r, i, &answered, results)
 	}
 	if body.first != nil {
 		send(body.first)
@@ -200,7 +205,7 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 	for win == nil {
 		select {
 		case <-timer.C:
-			if failed || len(copies) > c.hedges || ctx.Err() != nil {
+			if failed || answered.Load() || len(copies) > c.hedges || ctx.Err() != nil {
 				continue
 			}
 			if !body.complete() {
@@ -287,13 +292,14 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 // send sends copy i, r, of req, and delivers its outcome to results,
 // judged here (a problem body may take time to read) so that the race
 // never waits on one copy while another may win.
-func (t *hedger) send(req, r *http.Request, i int, results chan<- hedgeResult) {
+func (t *hedger) send(req, r *http.Request, i int, answered *atomic.Bool, results chan<- hedgeResult) {
 	r, err := checkCaller(r, true) // a copy's body, from GetBody, is checked as Retry checks an attempt's
 	if err != nil {
 		results <- hedgeResult{i: i, err: err}
 		return
 	}
 	resp, err := t.next.RoundTrip(r)
+	answered.Store(true)
 	if resp == nil && err == nil {
 		err = errNilResponse
 	}

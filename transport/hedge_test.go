@@ -979,3 +979,33 @@ func TestHedgeStalledLoserDoesNotHoldTheWinner(t *testing.T) {
 		})
 	}
 }
+
+// A hedge is sent only while no copy has its response headers, even when
+// a copy's verdict waits on its body: the first copy answers 503
+// problem+json at 50 ms, and its body (read to judge it) takes until
+// 400 ms. The hedge delay is 100 ms: no hedge is sent.
+func TestHedgeNotSentOnceACopyHasHeaders(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n.Add(1)
+			time.Sleep(50 * time.Millisecond)
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Content-Length", "16")
+			w.WriteHeader(503)
+			w.Write([]byte(`{"title":`))
+			http.NewResponseController(w).Flush()
+			time.Sleep(350 * time.Millisecond)
+			w.Write([]byte(`"down"}`))
+		}))
+		c := &http.Client{Transport: Chain(env.base, Hedge(policy.Hedge{Delay: 100 * time.Millisecond}))}
+		resp, err := c.Get(env.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		if got := n.Load(); got != 1 {
+			t.Errorf("server got %d requests; want 1: the first copy's 503 headers came at 50ms, before the 100ms hedge delay", got)
+		}
+	})
+}
