@@ -36,7 +36,10 @@ import (
 // No lock is held across a request, in Redis or in the process.
 type BreakerStore struct{ f *Fleet }
 
-var _ transport.BreakerStore = BreakerStore{}
+var (
+	_ transport.BreakerStore  = BreakerStore{}
+	_ transport.ProbeReleaser = BreakerStore{}
+)
 
 // Breakers returns the fleet's breaker store.
 func (f *Fleet) Breakers() BreakerStore { return BreakerStore{f} }
@@ -133,7 +136,7 @@ func (b BreakerStore) ClaimProbe(ctx context.Context, key string, ttl time.Durat
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	rk := f.hostKey("brk", key) + ":probe"
-	err := f.client.Do(ctx, f.client.B().Set().Key(rk).Value("1").Nx().PxMilliseconds(max(ttl.Milliseconds(), 1)).Build()).Error()
+	err := f.client.Do(ctx, f.client.B().Set().Key(rk).Value(f.token).Nx().PxMilliseconds(max(ttl.Milliseconds(), 1)).Build()).Error()
 	switch {
 	case err == nil:
 		f.markUp()
@@ -151,6 +154,23 @@ func (b BreakerStore) ClaimProbe(ctx context.Context, key string, ttl time.Durat
 	err = callErr("breaker probe claim", rk, err)
 	f.report("breaker probe claim", err)
 	return false, err
+}
+
+var probeRelease = rueidis.NewLuaScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+// ReleaseProbe implements [transport.ProbeReleaser]: it deletes key's
+// probe claim if this process holds it, in the background.
+func (b BreakerStore) ReleaseProbe(key string) {
+	f := b.f
+	rk := f.hostKey("brk", key) + ":probe"
+	f.enqueue(rk, func(ctx context.Context) bool {
+		if err := probeRelease.Exec(ctx, f.client, []string{rk}, []string{f.token}).Error(); err != nil {
+			f.report("breaker probe release", callErr("breaker probe release", rk, err))
+		}
+		return false // the claim expires anyway
+	})
 }
 
 // probeLoss records a probe claim this process lost: until the fleet's

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,7 @@ type Fleet struct {
 	idle     time.Duration
 	onError  func(error)
 	limits   map[string]limit
+	token    string // this process's mark on the probe claims it holds
 
 	down atomic.Int64 // Unix ns until which Redis is taken as unreachable
 
@@ -119,6 +121,7 @@ type hostView struct {
 // without Requests.
 func New(client rueidis.Client, o Options) (*Fleet, error) {
 	f := &Fleet{
+		token:    rand.Text(),
 		client:   client,
 		prefix:   o.Prefix,
 		timeout:  o.Timeout,

@@ -306,3 +306,57 @@ func TestFleetImplausibleOpenPeriodIsIgnored(t *testing.T) {
 		t.Errorf("host up, local breaker closed, fleet key says open for a day: err = %v (RetryIn %v); want the request sent under local state", err, ce.RetryIn)
 	}
 }
+
+// A probe whose caller cancels it says nothing of the host: it gives the
+// fleet's claim up (ReleaseProbe), so that another process probes at once
+// instead of being refused until the claim expires. The first process's
+// probe hangs for 5 s and is canceled at 300 ms; the second's request,
+// sent then, goes through.
+func TestFleetCanceledProbeReleasesItsClaim(t *testing.T) {
+	redis := redisproc.StartT(t)
+	var requests atomic.Int64
+	srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		if r.URL.Path == "/hang" {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+			return
+		}
+		w.Write([]byte("ok"))
+	})
+	stacks := newStacks(t, redis, 2, srv, transport.BreakerSettings{})
+	stacks[0].f.Breakers().Publish(host, transport.SharedBreakerState{State: transport.BreakerOpen, Until: time.Now().Add(100 * time.Millisecond)})
+	for _, s := range stacks {
+		get(s.rt)
+	}
+	for _, s := range stacks {
+		nextRefresh(t, s.f)
+	}
+	time.Sleep(time.Until(stacks[0].f.Breakers().Load(host).Until) + 10*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "GET", host+"/hang", nil)
+		resp, err := stacks[0].rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the canceled probe: %v", err)
+	}
+	var status int
+	var err error
+	eventually(t, "the second process's request sent", func() bool {
+		status, err = get(stacks[1].rt)
+		return err == nil
+	})
+	if status != http.StatusOK {
+		t.Errorf("second process after the canceled probe: %d, %v; want 200", status, err)
+	}
+}

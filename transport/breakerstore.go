@@ -48,6 +48,18 @@ type BreakerStore interface {
 	ClaimProbe(ctx context.Context, key string, ttl time.Duration) (bool, error)
 }
 
+// A ProbeReleaser is a [BreakerStore] that can give up a probe claim
+// before it expires. A probe whose outcome says nothing of the host (its
+// caller canceled it) publishes nothing; with a ProbeReleaser, it gives
+// its claim up at once, so that another process may probe; without one,
+// the claim lasts until its ttl (as long as the probe could have run).
+type ProbeReleaser interface {
+	// ReleaseProbe gives up this process's claim on key's probe, if it
+	// still holds it; a claim another process holds now stays. It must
+	// not block: the store sends it in the background.
+	ReleaseProbe(key string)
+}
+
 // SharedBreakerState is a circuit's state as the fleet knows it.
 type SharedBreakerState struct {
 	// State is BreakerOpen or BreakerClosed. An open state whose Until has
@@ -104,32 +116,35 @@ func probeTTL(ctx context.Context, now time.Time, cooldown time.Duration) time.D
 const maxProbeClaim = time.Minute
 
 // fleetView is the fleet's state of key as Load gives it, unless it holds
-// the circuit open past what any process could have asked (cooldown,
-// plus fleetClockSkew for the clocks of the processes that published
-// it): a value this process could not have written is treated as absent,
-// and the process decides on its own state.
+// the circuit open further ahead than a process of the fleet opens it
+// (fleetMaxOpen, or this process's cooldown if longer): such a value, one
+// no process wrote, is treated as absent, and the process decides on its
+// own state. Processes with other Cooldowns, or clocks ahead of this
+// one, stay well inside the bound.
 func fleetView(s BreakerStore, key string, now time.Time, cooldown time.Duration) SharedBreakerState {
 	fs := s.Load(key)
-	if fs.State == BreakerOpen && fs.Until.After(now.Add(cooldown+fleetClockSkew)) {
+	if fs.State == BreakerOpen && fs.Until.After(now.Add(max(cooldown, fleetMaxOpen))) {
 		return SharedBreakerState{}
 	}
 	return fs
 }
 
-// fleetClockSkew is how far ahead of this process's clock another
-// process's may run: an open state published by it may end that much
-// later than a cooldown from now.
-const fleetClockSkew = time.Second
+// fleetMaxOpen bounds how far ahead a fleet's open state is believed
+// (see fleetView): the processes of a fleet sharing a store are expected
+// to use Cooldowns, and to keep clocks, within it.
+const fleetMaxOpen = 10 * time.Minute
 
 // fleetSettle publishes the outcome of the fleet's probe: the host is
 // back, or down for another cooldown. An outcome that says nothing about
-// the host (the caller canceled) publishes the open state as it was, over
-// (the fleet half-open): that gives up the claim, so that another
-// process may probe at once.
+// the host (the caller canceled) publishes nothing, which another
+// process may have published meanwhile; it gives the claim up, when the
+// store can (a [ProbeReleaser]).
 func fleetSettle(s BreakerStore, key string, failed, ignored bool, cooldown time.Duration) {
 	switch {
 	case ignored:
-		s.Publish(key, SharedBreakerState{State: BreakerOpen, Until: time.Now()})
+		if r, ok := s.(ProbeReleaser); ok {
+			r.ReleaseProbe(key)
+		}
 	case failed:
 		s.Publish(key, SharedBreakerState{State: BreakerOpen, Until: time.Now().Add(cooldown)})
 	default:
