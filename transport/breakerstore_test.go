@@ -108,7 +108,7 @@ func TestFleetIgnoredProbe(t *testing.T) {
 					_, err := rtA.RoundTrip(req)
 					done <- err
 				}()
-				<-hostA.hang // A holds the fleet's probe claim
+				<-hostA.hang        // A holds the fleet's probe claim
 				want := BreakerOpen // half-open: open, its Until passed
 				if late {
 					time.Sleep(maxProbeClaim + time.Second)
