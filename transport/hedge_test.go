@@ -676,7 +676,10 @@ func (u *slowUpload) Read(p []byte) (int, error) {
 
 // A body kept as it is sent is hedged only once the first copy has sent
 // it whole: never streamed twice at once, and not at all when it proves
-// longer than can be kept.
+// longer than can be kept. The same beneath Retry (as New places the
+// Hedge), where the body the Hedge is given is Retry's, kept as it is
+// sent, with a GetBody that reads what Retry keeps: the Hedge asks
+// Retry's copy whether it is whole.
 func TestHedgeWaitsForTheUpload(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -686,51 +689,64 @@ func TestHedgeWaitsForTheUpload(t *testing.T) {
 		{"kept whole: hedged after the upload", 1 << 10, 2},
 		{"longer than the limit: not hedged", 4, 1},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				type arrival struct {
-					at   time.Duration
-					body string
-				}
-				var (
-					mu       sync.Mutex
-					arrivals []arrival
-				)
-				start := time.Now()
-				env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					b, _ := io.ReadAll(r.Body)
+		for _, stack := range []string{"Hedge", "Retry,Hedge", "New"} {
+			t.Run(stack+"/"+tc.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					type arrival struct {
+						at   time.Duration
+						body string
+					}
+					var (
+						mu       sync.Mutex
+						arrivals []arrival
+					)
+					start := time.Now()
+					env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						b, _ := io.ReadAll(r.Body)
+						mu.Lock()
+						arrivals = append(arrivals, arrival{time.Since(start), string(b)})
+						mu.Unlock()
+						select {
+						case <-time.After(time.Second):
+						case <-r.Context().Done():
+						}
+					}))
+					h := policy.Hedge{Delay: 50 * time.Millisecond, MaxBufferedBody: tc.limit}
+					r := policy.Retry{MaxBufferedBody: tc.limit}
+					var rt http.RoundTripper
+					switch stack {
+					case "Hedge":
+						rt = Chain(env.base, Hedge(h))
+					case "Retry,Hedge":
+						rt = Chain(env.base, Retry(r), Hedge(h))
+					default:
+						rt = New(Options{Base: env.base, Retry: r, Hedge: &h})
+					}
+					c := &http.Client{Transport: rt}
+					up := &slowUpload{chunks: []string{"one ", "two ", "three"}, gap: 100 * time.Millisecond}
+					req, _ := http.NewRequest("PUT", env.url+"/x", up)
+					resp, err := c.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					readAll(t, resp)
+					synctest.Wait()
 					mu.Lock()
-					arrivals = append(arrivals, arrival{time.Since(start), string(b)})
-					mu.Unlock()
-					select {
-					case <-time.After(time.Second):
-					case <-r.Context().Done():
+					defer mu.Unlock()
+					if len(arrivals) != tc.wantCopies {
+						t.Fatalf("server got %d copies %v, want %d", len(arrivals), arrivals, tc.wantCopies)
 					}
-				}))
-				c := &http.Client{Transport: Chain(env.base, Hedge(policy.Hedge{Delay: 50 * time.Millisecond, MaxBufferedBody: tc.limit}))}
-				up := &slowUpload{chunks: []string{"one ", "two ", "three"}, gap: 100 * time.Millisecond}
-				req, _ := http.NewRequest("PUT", env.url+"/x", up)
-				resp, err := c.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				readAll(t, resp)
-				synctest.Wait()
-				mu.Lock()
-				defer mu.Unlock()
-				if len(arrivals) != tc.wantCopies {
-					t.Fatalf("server got %d copies %v, want %d", len(arrivals), arrivals, tc.wantCopies)
-				}
-				for i, a := range arrivals {
-					if a.body != "one two three" {
-						t.Errorf("copy %d: body %q, want %q", i, a.body, "one two three")
+					for i, a := range arrivals {
+						if a.body != "one two three" {
+							t.Errorf("copy %d: body %q, want %q", i, a.body, "one two three")
+						}
+						if a.at < 300*time.Millisecond {
+							t.Errorf("copy %d arrived whole at %v, before the upload ended (300ms)", i, a.at)
+						}
 					}
-					if a.at < 300*time.Millisecond {
-						t.Errorf("copy %d arrived whole at %v, before the upload ended (300ms)", i, a.at)
-					}
-				}
+				})
 			})
-		})
+		}
 	}
 }
 

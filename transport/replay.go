@@ -17,6 +17,10 @@ type replay struct {
 	first io.ReadCloser                 // the first attempt's body when it is not req.Body
 	none  bool                          // the request has no body
 	tee   *tee                          // the body is kept as it is sent
+	// upstream is the tee of a layer above (Retry) whose GetBody this
+	// replay uses: the body is kept as it is sent there, and is whole,
+	// or turns out too long, only as that tee says.
+	upstream *tee
 }
 
 // newReplay prepares req's body for replay. Nothing is read ahead: a body
@@ -33,7 +37,7 @@ func newReplay(req *http.Request, limit int64) (replay, error) {
 	case req.Body == nil || req.Body == http.NoBody:
 		return replay{none: true}, nil
 	case req.GetBody != nil:
-		return replay{get: req.GetBody}, nil
+		return replay{get: req.GetBody, upstream: teeOf(req.Body)}, nil
 	case limit < 0 || req.ContentLength > limit:
 		return replay{}, nil
 	}
@@ -51,18 +55,37 @@ func newReplay(req *http.Request, limit int64) (replay, error) {
 // now: it needs nothing more from the caller's body (a body kept as it is
 // sent has been read to its end).
 func (b *replay) complete() bool {
-	if b.tee != nil {
+	switch {
+	case b.tee != nil:
 		return b.tee.complete()
+	case b.upstream != nil:
+		return b.upstream.complete()
 	}
 	return b.none || b.get != nil
 }
 
 // replayable reports whether another attempt can be given the body.
 func (b *replay) replayable() bool {
-	if b.tee != nil {
+	switch {
+	case b.tee != nil:
 		return b.tee.replayable()
+	case b.upstream != nil:
+		return b.upstream.replayable()
 	}
 	return b.none || b.get != nil
+}
+
+// teeOf returns the tee that body is read from when it is an attempt's
+// view of a body kept as it is sent (a Retry above made it), checked or
+// not; nil for any other body.
+func teeOf(body io.ReadCloser) *tee {
+	if c, ok := body.(*checkedBody); ok {
+		body = c.body
+	}
+	if r, ok := body.(*teeReader); ok {
+		return r.t
+	}
+	return nil
 }
 
 // finish says that the operation is over: the caller's body is closed
