@@ -181,6 +181,36 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	return verdict{}
 }
 
+// heldUntil returns until when the host's pause and its spent quotas
+// that count route would hold a request that came at at, and why: the
+// zero time when nothing would. It changes nothing.
+func (h *hostState) heldUntil(at time.Time, route string, reserve int) (time.Time, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var until time.Time
+	reason := ReasonRetryAfter
+	if at.Before(h.pause) {
+		until = h.pause
+	}
+	if reserve < 0 {
+		return until, reason
+	}
+	set := h.counting(route)
+	for i := range h.quotas[:h.nq] {
+		q := &h.quotas[i]
+		if set&(1<<i) == 0 || q.remaining == Unknown || q.reset.IsZero() || !at.Before(q.reset) {
+			continue
+		}
+		if q.remaining > reserve || (q.tokens() && q.remaining > 0) {
+			continue
+		}
+		if q.reset.After(until) {
+			until, reason = q.reset, ReasonQuota
+		}
+	}
+	return until, reason
+}
+
 // releaseSlot returns the time a request may go in the spread that
 // follows the last pause, and false when there is no spread to join.
 func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.Time, bool) {

@@ -179,6 +179,40 @@ func (t *Tracker) Quota(r *http.Request) (Quota, bool) {
 	return tightest(qs)
 }
 
+// RefusedAt returns the error that Reserve would return at once for r
+// if r came at the time at, as the host's quotas stand: the host's pause
+// (a Retry-After), or a spent quota that counts r, holds it past what its
+// wait may take (r's context deadline, or Options.MaxWait after at). It
+// reserves nothing, and asks no [QuotaStore]; nil when nothing known
+// would refuse r then. (A pause's release spread, under a second, is not
+// foreseen.) A Retry above asks it before it waits for its next attempt,
+// so that it never waits only to be refused.
+func (t *Tracker) RefusedAt(r *http.Request, at time.Time) error {
+	if r.URL == nil && t.o.Key == nil {
+		return nil
+	}
+	k := t.key(r)
+	st := t.slot.Peek(k)
+	if st == nil {
+		return nil
+	}
+	until, reason := st.heldUntil(at, routeOf(r), t.o.Reserve)
+	if until.IsZero() {
+		return nil
+	}
+	limit, strict := at.Add(t.o.maxWait()), false
+	if t.o.maxWait() < 0 {
+		limit = at
+	}
+	if d, ok := r.Context().Deadline(); ok && !d.After(limit) {
+		limit, strict = d, true
+	}
+	if until.After(limit) || (strict && !until.Before(limit)) {
+		return &QuotaError{Key: k.String(), Reset: until, Wait: until.Sub(at), Reason: reason}
+	}
+	return nil
+}
+
 // Paused returns the end of the pause of r's key, and whether one is in
 // force at now.
 func (t *Tracker) Paused(r *http.Request, now time.Time) (time.Time, bool) {

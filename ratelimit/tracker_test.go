@@ -731,3 +731,59 @@ func TestRetryAfterHonouredWhenPolicyResetsSooner(t *testing.T) {
 		res.Cancel()
 	})
 }
+
+// RefusedAt foresees, without reserving anything, the refusal Reserve
+// would make at the time at: the host's pause (60 s) or a spent quota
+// that counts the request (search, reset in 60 s) past its deadline or
+// MaxWait from then; nothing for a route its spent quota does not count,
+// for a wait that fits, or for a host with nothing known.
+func TestTrackerRefusedAt(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		o        Options
+		settle   func() http.Header // what the host last answered (a 429), made in the bubble
+		url      string
+		deadline time.Duration // from now; 0: none
+		want     bool
+	}{
+		{"nothing known", Options{}, nil, "https://api.github.com/search/code", 10 * time.Second, false},
+		{"paused past the deadline", Options{}, retryAfter60, "https://api.github.com/repos/o/r", 10 * time.Second, true},
+		{"paused, the wait fits", Options{}, retryAfter60, "https://api.github.com/repos/o/r", 2 * time.Minute, false},
+		{"paused past MaxWait", Options{MaxWait: 30 * time.Second}, retryAfter60, "https://api.github.com/repos/o/r", 0, true},
+		{"its quota spent past the deadline", Options{}, searchSpent, "https://api.github.com/search/issues", 10 * time.Second, true},
+		{"another route's quota spent", Options{}, searchSpent, "https://api.github.com/repos/o/r", 10 * time.Second, false},
+		{"quotas never hold (Reserve < 0)", Options{Reserve: -1}, searchSpent, "https://api.github.com/search/issues", 10 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr := NewTracker(tc.o)
+				if tc.settle != nil {
+					res, _ := tr.Reserve(newReq(t, nil, "https://api.github.com/repos/o/r"))
+					res.Settle(&http.Response{StatusCode: 200, Header: hdr(
+						"X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "4000",
+						"X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10), "X-RateLimit-Resource", "core")})
+					res, _ = tr.Reserve(newReq(t, nil, "https://api.github.com/search/code"))
+					res.Settle(&http.Response{StatusCode: 429, Header: tc.settle()})
+				}
+				ctx := context.Background()
+				if tc.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+					defer cancel()
+				}
+				err := tr.RefusedAt(newReq(t, ctx, tc.url), time.Now().Add(time.Second))
+				if got := err != nil; got != tc.want || (got && !errors.Is(err, ErrQuotaExhausted)) {
+					t.Errorf("RefusedAt = %v; want refused: %t", err, tc.want)
+				}
+			})
+		})
+	}
+}
+
+func retryAfter60() http.Header { return hdr("Retry-After", "60") }
+
+// searchSpent is GitHub's answer when its search quota is spent for 60 s.
+func searchSpent() http.Header {
+	return hdr("X-RateLimit-Limit", "30", "X-RateLimit-Remaining", "0",
+		"X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10), "X-RateLimit-Resource", "search")
+}

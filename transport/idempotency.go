@@ -44,8 +44,8 @@ type idemKey struct {
 }
 
 func (t *idemKey) RoundTrip(req *http.Request) (*http.Response, error) {
-	if len(req.Header[t.header]) > 0 || req.URL == nil {
-		return t.next.RoundTrip(req)
+	if v := req.Header[t.header]; len(v) > 0 && v[0] != "" || req.URL == nil {
+		return t.next.RoundTrip(req) // the caller's key (an empty one is none)
 	}
 	key, ok := idempotency.KeyFromContext(req.Context())
 	if !ok {

@@ -321,6 +321,9 @@ func New(o Options) http.RoundTripper {
 		r.OnWait = both(r.OnWait, h.OnRateLimitWait)
 		r.OnReject = both(r.OnReject, h.OnRateLimitReject)
 		t := ratelimit.NewTrackerOn(r, reg) // its quotas beside the breakers
+		if retry != nil {
+			retry.refuses = t.RefusedAt // no wait only to be refused by a quota
+		}
 		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
 			l := newRateLimiter(next, t)
 			l.checked = retry != nil
@@ -343,7 +346,7 @@ func New(o Options) http.RoundTripper {
 			b = newBreakers(s, reg)
 		}
 		if retry != nil {
-			retry.refuses = b.refusedAt // no wait only to be refused
+			retry.refuses = eitherRefuses(b.refusedAt, retry.refuses) // no wait only to be refused by a breaker
 		}
 		if hedge != nil {
 			hedge.refuses = b.hedgeRefusedAt // no copy only to be refused
@@ -396,6 +399,19 @@ func newHedge(p policy.Hedge, o Options, retry *retryConfig, reg *hosts.Registry
 	p.OnHedgeWon = both(p.OnHedgeWon, o.Hooks.OnHedgeWon)
 	p.OnCopyCanceled = both(p.OnCopyCanceled, o.Hooks.OnCopyCanceled)
 	return hedgeMiddleware(p, budget, countOps)
+}
+
+// eitherRefuses returns a refusal check that asks f, then g (when set).
+func eitherRefuses(f, g func(*http.Request, time.Time) error) func(*http.Request, time.Time) error {
+	if g == nil {
+		return f
+	}
+	return func(req *http.Request, at time.Time) error {
+		if err := f(req, at); err != nil {
+			return err
+		}
+		return g(req, at)
+	}
 }
 
 // both returns a function that calls f then g, skipping a nil one.

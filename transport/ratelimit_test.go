@@ -606,3 +606,31 @@ func TestRateLimitContextEndedUsesQuotaOnlyIfConnected(t *testing.T) {
 		})
 	}
 }
+
+// Retry never waits only to be refused by a quota: a 429 whose quota
+// headers say the quota resets in an hour (no Retry-After), under the
+// default 10-minute Timeout, is handed back at once, not after a backoff
+// that the quota layer beneath would end with an error. (Retry asks the
+// tracker, as it asks the breakers, before it waits.)
+func TestRetryNeverWaitsOnlyForAQuotaToRefuse(t *testing.T) {
+	for _, f := range []httptestutil.Family{httptestutil.FamilyGitHub, httptestutil.FamilyOpenAI, httptestutil.FamilyIETF} {
+		t.Run(string(f), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := httptestutil.NewRecorder(httptestutil.RateLimitHeaders(429, "slow down",
+					httptestutil.Quota{Limit: 60, Remaining: 0, Reset: time.Hour}, f).Forever())
+				env := newFakeEnv(t, rec)
+				c := newStack(env, Options{}) // backoff: constant 1 s
+				start := time.Now()
+				resp, err := c.Get(env.url + "/v1/items")
+				took := time.Since(start)
+				if err == nil {
+					readAll(t, resp)
+				}
+				if err != nil || took != 0 {
+					t.Errorf("after %v: (resp, err) = (%v, %v), want the 429 at once (no wait that cannot lead to a send)", took, status(resp), err)
+				}
+				rec.WantCount(t, 1)
+			})
+		})
+	}
+}

@@ -245,3 +245,29 @@ func TestUnvouchedPostNotResentWithoutConnectionReports(t *testing.T) {
 		})
 	}
 }
+
+// A key given with idempotency.WithKey is sent on every attempt even when
+// the request carries an empty Idempotency-Key header (an SDK's option
+// left unset): an empty key is none, and the caller's key replaces it.
+func TestWithKeyOverAnEmptyHeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := httptestutil.NewRecorder(httptestutil.Script(
+			httptestutil.Status(503, "busy"),
+			httptestutil.Status(201, "created").Forever(),
+		))
+		env := newFakeEnv(t, rec)
+		ctx := idempotency.WithKey(context.Background(), "order-42")
+		req, _ := http.NewRequestWithContext(ctx, "POST", env.url+"/charges", strings.NewReader("amount=10"))
+		req.Header.Set("Idempotency-Key", "") // an SDK's unset option
+		resp, err := newStack(env, Options{}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		for i, r := range rec.Requests() {
+			if got := r.Header.Get("Idempotency-Key"); got != "order-42" {
+				t.Errorf("attempt %d sent Idempotency-Key %q, want the caller's WithKey key %q", i+1, got, "order-42")
+			}
+		}
+	})
+}
