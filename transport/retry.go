@@ -55,8 +55,11 @@ const drainLimit = 256 << 10
 //
 // Waits draw on the request context's deadline: when the next wait could
 // not end before the deadline, Retry stops at once and returns what it
-// has, rather than waiting only to fail. It does the same when a [Breaker]
-// beneath it will still be open when the wait ends. Waits end at once when the
+// has, rather than waiting only to fail. In [New], it does the same when
+// a [Breaker] beneath it will still be open when the wait ends, or when
+// the host's pause or a spent quota that counts the request would hold
+// the next attempt past the deadline ([ratelimit.Tracker.RefusedAt]).
+// Waits end at once when the
 // context is canceled. A failed attempt's response body is drained (up to
 // 256 KiB) and closed before the wait, so its connection is reused; a
 // problem body (RFC 9457) is read up to p.MaxProblemBody to learn whether
@@ -100,7 +103,7 @@ type retryConfig struct {
 	probLimit  int64
 	keyHeader  string
 	budget     retryBudget
-	refuses    func(*http.Request, time.Time) error // set by New: asks its breakers
+	refuses    func(*http.Request, time.Time) error // set by New: asks its breakers and its quota tracker
 	idleCut    *DeadlineError                       // set by New: IdleTimeout's cut, for the failed bodies it reads
 	onAttempt  func(policy.AttemptEvent)
 	onRetry    func(policy.RetryEvent)
