@@ -55,8 +55,8 @@ const drainLimit = 256 << 10
 //
 // Waits draw on the request context's deadline: when the next wait could
 // not end before the deadline, Retry stops at once and returns what it
-// has, rather than waiting only to fail. In [New], it does the same when
-// a [Breaker] beneath it will still be open when the wait ends, or when
+// has, rather than waiting only to fail. It does the same when a [Breaker]
+// beneath it will still be open when the wait ends and, in [New], when
 // the host's pause or a spent quota that counts the request would hold
 // the next attempt past the deadline ([ratelimit.Tracker.RefusedAt]).
 // Waits end at once when the
