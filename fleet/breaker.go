@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"strconv"
 	"time"
@@ -136,10 +137,14 @@ func (b BreakerStore) ClaimProbe(ctx context.Context, key string, ttl time.Durat
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	rk := f.hostKey("brk", key) + ":probe"
-	err := f.client.Do(ctx, f.client.B().Set().Key(rk).Value(f.token).Nx().PxMilliseconds(max(ttl.Milliseconds(), 1)).Build()).Error()
+	token := rand.Text() // this claim's own: a late release never deletes a later one
+	err := f.client.Do(ctx, f.client.B().Set().Key(rk).Value(token).Nx().PxMilliseconds(max(ttl.Milliseconds(), 1)).Build()).Error()
 	switch {
 	case err == nil:
 		f.markUp()
+		if hv != nil {
+			hv.probeClaim.Store(&token)
+		}
 		return true, nil
 	case rueidis.IsRedisNil(err):
 		f.markUp()
@@ -160,13 +165,22 @@ var probeRelease = rueidis.NewLuaScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
 
-// ReleaseProbe implements [transport.ProbeReleaser]: it deletes key's
-// probe claim if this process holds it, in the background.
+// ReleaseProbe implements [transport.ProbeReleaser]: it deletes the
+// probe claim this process won last for key, if it still stands, in the
+// background. A claim that expired, and one won since, stays.
 func (b BreakerStore) ReleaseProbe(key string) {
 	f := b.f
+	hv := f.view(key)
+	if hv == nil {
+		return
+	}
+	token := hv.probeClaim.Swap(nil)
+	if token == nil {
+		return
+	}
 	rk := f.hostKey("brk", key) + ":probe"
 	f.enqueue(rk, func(ctx context.Context) bool {
-		if err := probeRelease.Exec(ctx, f.client, []string{rk}, []string{f.token}).Error(); err != nil {
+		if err := probeRelease.Exec(ctx, f.client, []string{rk}, []string{*token}).Error(); err != nil {
 			f.report("breaker probe release", callErr("breaker probe release", rk, err))
 		}
 		return false // the claim expires anyway

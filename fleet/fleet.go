@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -84,7 +83,6 @@ type Fleet struct {
 	idle     time.Duration
 	onError  func(error)
 	limits   map[string]limit
-	token    string // this process's mark on the probe claims it holds
 
 	down atomic.Int64 // Unix ns until which Redis is taken as unreachable
 
@@ -113,6 +111,7 @@ type hostView struct {
 	usedQuota   atomic.Bool  // the quota state is read at each refresh
 	breaker     atomic.Pointer[sharedBreaker]
 	probeLost   atomic.Pointer[probeLoss]
+	probeClaim  atomic.Pointer[string] // the token of the probe claim this process won last, until it gives it up
 	quota       quotaView
 }
 
@@ -121,7 +120,6 @@ type hostView struct {
 // without Requests.
 func New(client rueidis.Client, o Options) (*Fleet, error) {
 	f := &Fleet{
-		token:    rand.Text(),
 		client:   client,
 		prefix:   o.Prefix,
 		timeout:  o.Timeout,

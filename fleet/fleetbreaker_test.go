@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sturdyhttp/sturdy/fleet"
 	"github.com/sturdyhttp/sturdy/fleet/internal/redisproc"
 	"github.com/sturdyhttp/sturdy/httptestutil"
@@ -358,5 +360,67 @@ func TestFleetCanceledProbeReleasesItsClaim(t *testing.T) {
 	})
 	if status != http.StatusOK {
 		t.Errorf("second process after the canceled probe: %d, %v; want 200", status, err)
+	}
+}
+
+// gatedClient holds back the fleet's single-key scripts (the probe
+// release) until gate is closed: the release is late, as it is when the
+// fleet's goroutine or Redis is slow.
+type gatedClient struct {
+	rueidis.Client
+	entered chan struct{}
+	gate    chan struct{}
+	done    chan struct{}
+}
+
+func (c *gatedClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	args := cmd.Commands()
+	if len(args) >= 3 && (args[0] == "EVALSHA" || args[0] == "EVAL") && args[2] == "1" {
+		c.entered <- struct{}{}
+		<-c.gate
+		r := c.Client.Do(ctx, cmd)
+		c.done <- struct{}{}
+		return r
+	}
+	return c.Client.Do(ctx, cmd)
+}
+
+// A release of a probe claim that arrives after the claim expired, and
+// after the same process claimed the probe again, leaves the new claim:
+// each claim has its own token. (Without, another process would win the
+// claim too, and the fleet would have two probes out at once.) It
+// happens when a probe is ended by its caller's deadline: its claim
+// lasts until exactly that deadline, and expires as its release is
+// queued.
+func TestFleetLateReleaseLeavesANewerClaim(t *testing.T) {
+	srv := redisproc.StartT(t)
+	gc := &gatedClient{Client: newClient(t, srv), entered: make(chan struct{}, 1), gate: make(chan struct{}), done: make(chan struct{}, 1)}
+	fa, err := fleet.New(gc, fleet.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	fb, err := fleet.New(newClient(t, srv), fleet.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	a, b := fa.Breakers(), fb.Breakers()
+	ctx := context.Background()
+	const key = "api.example.com:443"
+
+	if won, err := a.ClaimProbe(ctx, key, 100*time.Millisecond); !won || err != nil {
+		t.Fatalf("A's first claim: %v, %v", won, err)
+	}
+	a.ReleaseProbe(key) // A's first probe was canceled
+	<-gc.entered
+	time.Sleep(200 * time.Millisecond) // the first claim expires
+	if won, err := a.ClaimProbe(ctx, key, time.Minute); !won || err != nil {
+		t.Fatalf("A's second claim: %v, %v", won, err)
+	}
+	close(gc.gate) // the first probe's release arrives now
+	<-gc.done
+	if won, _ := b.ClaimProbe(ctx, key, time.Minute); won {
+		t.Fatalf("B won the probe claim while A's second probe holds it: the first probe's late release deleted A's new claim")
 	}
 }

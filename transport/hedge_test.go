@@ -679,7 +679,8 @@ func (u *slowUpload) Read(p []byte) (int, error) {
 // longer than can be kept. The same beneath Retry (as New places the
 // Hedge), where the body the Hedge is given is Retry's, kept as it is
 // sent, with a GetBody that reads what Retry keeps: the Hedge asks
-// Retry's copy whether it is whole.
+// Retry's copy whether it is whole, also beneath two Retries (a caller's
+// Retry over New), each of which checks the body.
 func TestHedgeWaitsForTheUpload(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -689,7 +690,7 @@ func TestHedgeWaitsForTheUpload(t *testing.T) {
 		{"kept whole: hedged after the upload", 1 << 10, 2},
 		{"longer than the limit: not hedged", 4, 1},
 	} {
-		for _, stack := range []string{"Hedge", "Retry,Hedge", "New"} {
+		for _, stack := range []string{"Hedge", "Retry,Hedge", "New", "Retry,Retry,Hedge", "Retry,New"} {
 			t.Run(stack+"/"+tc.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					type arrival struct {
@@ -719,6 +720,10 @@ func TestHedgeWaitsForTheUpload(t *testing.T) {
 						rt = Chain(env.base, Hedge(h))
 					case "Retry,Hedge":
 						rt = Chain(env.base, Retry(r), Hedge(h))
+					case "Retry,Retry,Hedge":
+						rt = Chain(env.base, Retry(r), Retry(r), Hedge(h))
+					case "Retry,New":
+						rt = Chain(New(Options{Base: env.base, Retry: r, Hedge: &h}), Retry(r))
 					default:
 						rt = New(Options{Base: env.base, Retry: r, Hedge: &h})
 					}

@@ -77,15 +77,18 @@ func (b *replay) replayable() bool {
 
 // teeOf returns the tee that body is read from when it is an attempt's
 // view of a body kept as it is sent (a Retry above made it), checked or
-// not; nil for any other body.
+// not (once by each Retry above); nil for any other body.
 func teeOf(body io.ReadCloser) *tee {
-	if c, ok := body.(*checkedBody); ok {
-		body = c.body
+	for {
+		switch b := body.(type) {
+		case *checkedBody:
+			body = b.body
+		case *teeReader:
+			return b.t
+		default:
+			return nil
+		}
 	}
-	if r, ok := body.(*teeReader); ok {
-		return r.t
-	}
-	return nil
 }
 
 // finish says that the operation is over: the caller's body is closed
