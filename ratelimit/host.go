@@ -60,6 +60,16 @@ type quotaState struct {
 // whose responses named it.
 func (q *quotaState) named() bool { return fleetName(q.resource, q.policy, q.family) != "" }
 
+// spent reports whether the quota holds the requests it counts, as far as
+// its count goes: at or below reserve (never, with reserve < 0); a
+// tokens quota only at zero, since its count is not counted down here.
+func (q *quotaState) spent(reserve int) bool {
+	if reserve < 0 || q.remaining == Unknown {
+		return false
+	}
+	return q.remaining <= reserve && !(q.tokens() && q.remaining > 0)
+}
+
 // tokens reports whether the quota counts tokens rather than requests:
 // the Tracker cannot count those down, only obey them.
 func (q *quotaState) tokens() bool { return strings.HasSuffix(q.policy, "tokens") }
@@ -118,10 +128,7 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		if !q.reset.IsZero() && !now.Before(q.reset) {
 			q.roll(now)
 		}
-		if reserve < 0 || q.remaining == Unknown {
-			continue
-		}
-		if q.remaining > reserve || (q.tokens() && q.remaining > 0) {
+		if !q.spent(reserve) {
 			continue
 		}
 		if !q.reset.IsZero() {
@@ -192,16 +199,10 @@ func (h *hostState) heldUntil(at time.Time, route string, reserve int) (time.Tim
 	if at.Before(h.pause) {
 		until = h.pause
 	}
-	if reserve < 0 {
-		return until, reason
-	}
 	set := h.counting(route)
 	for i := range h.quotas[:h.nq] {
 		q := &h.quotas[i]
-		if set&(1<<i) == 0 || q.remaining == Unknown || q.reset.IsZero() || !at.Before(q.reset) {
-			continue
-		}
-		if q.remaining > reserve || (q.tokens() && q.remaining > 0) {
+		if set&(1<<i) == 0 || !q.spent(reserve) || q.reset.IsZero() || !at.Before(q.reset) {
 			continue
 		}
 		if q.reset.After(until) {

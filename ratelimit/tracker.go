@@ -200,14 +200,8 @@ func (t *Tracker) RefusedAt(r *http.Request, at time.Time) error {
 	if until.IsZero() {
 		return nil
 	}
-	limit, strict := at.Add(t.o.maxWait()), false
-	if t.o.maxWait() < 0 {
-		limit = at
-	}
-	if d, ok := r.Context().Deadline(); ok && !d.After(limit) {
-		limit, strict = d, true
-	}
-	if until.After(limit) || (strict && !until.Before(limit)) {
+	w := waiter{t: t, r: r, k: k, st: st, start: at} // the wait Reserve would start at at
+	if w.pastBudget(until) {
 		return &QuotaError{Key: k.String(), Reset: until, Wait: until.Sub(at), Reason: reason}
 	}
 	return nil

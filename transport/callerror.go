@@ -29,6 +29,9 @@ import (
 // replaced; otherwise r is copied. A request whose body needs no wrapper
 // is returned as it is.
 func checkBody(r *http.Request, own bool) (*http.Request, error) {
+	if _, ok := r.Body.(*checkedBody); ok {
+		return r, nil // checked already, by a layer above
+	}
 	if r.Body == nil || r.Body == http.NoBody {
 		if r.ContentLength > 0 {
 			return nil, &policy.BodyError{ContentLength: r.ContentLength}
@@ -55,12 +58,8 @@ func checkBody(r *http.Request, own bool) (*http.Request, error) {
 // its host (Breaker, RateLimitTracker, Throttle) when no Retry above them
 // checks every attempt's body first, and for Hedge's copies: a request
 // that cannot be sent as written fails here, its body closed, and one
-// whose body may still turn out wrong is sent with that body checked. A
-// body checked already is sent as it is.
+// whose body may still turn out wrong is sent with that body checked.
 func checkCaller(req *http.Request, own bool) (*http.Request, error) {
-	if _, ok := req.Body.(*checkedBody); ok {
-		return req, nil
-	}
 	r, err := checkBody(req, own)
 	if err != nil {
 		closeBody(req)

@@ -55,40 +55,40 @@ func newReplay(req *http.Request, limit int64) (replay, error) {
 // now: it needs nothing more from the caller's body (a body kept as it is
 // sent has been read to its end).
 func (b *replay) complete() bool {
-	switch {
-	case b.tee != nil:
-		return b.tee.complete()
-	case b.upstream != nil:
-		return b.upstream.complete()
+	if t := b.kept(); t != nil {
+		return t.complete()
 	}
 	return b.none || b.get != nil
 }
 
 // replayable reports whether another attempt can be given the body.
 func (b *replay) replayable() bool {
-	switch {
-	case b.tee != nil:
-		return b.tee.replayable()
-	case b.upstream != nil:
-		return b.upstream.replayable()
+	if t := b.kept(); t != nil {
+		return t.replayable()
 	}
 	return b.none || b.get != nil
 }
 
+// kept returns the tee that keeps the body as it is sent, this replay's
+// own or a Retry's above; nil when none does.
+func (b *replay) kept() *tee {
+	if b.tee != nil {
+		return b.tee
+	}
+	return b.upstream
+}
+
 // teeOf returns the tee that body is read from when it is an attempt's
 // view of a body kept as it is sent (a Retry above made it), checked or
-// not (once by each Retry above); nil for any other body.
+// not; nil for any other body.
 func teeOf(body io.ReadCloser) *tee {
-	for {
-		switch b := body.(type) {
-		case *checkedBody:
-			body = b.body
-		case *teeReader:
-			return b.t
-		default:
-			return nil
-		}
+	if c, ok := body.(*checkedBody); ok {
+		body = c.body // checked once: checkBody leaves a checked body as it is
 	}
+	if r, ok := body.(*teeReader); ok {
+		return r.t
+	}
+	return nil
 }
 
 // finish says that the operation is over: the caller's body is closed
