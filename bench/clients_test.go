@@ -122,6 +122,15 @@ var (
 	kindRetryablehttpRT = clientKind{"retryablehttp-rt", func(c clientConfig) client {
 		return stdClient("retryablehttp-rt", &retryablehttp.RoundTripper{Client: newRetryablehttp(c)})
 	}}
+	// kindRetryablehttpRTTimeout is retryablehttp-rt given the bound that
+	// sturdy's default stack keeps on every operation: its HTTPClient has
+	// the same Timeout (the documented way to bound go-retryablehttp's
+	// requests), so that the two do the same work on a success.
+	kindRetryablehttpRTTimeout = clientKind{"retryablehttp-rt-timeout", func(c clientConfig) client {
+		rc := newRetryablehttp(c)
+		rc.HTTPClient.Timeout = c.opTimeout()
+		return stdClient("retryablehttp-rt-timeout", &retryablehttp.RoundTripper{Client: rc})
+	}}
 	kindFailsafe = clientKind{"failsafe", func(c clientConfig) client {
 		return stdClient("failsafe", newFailsafe(c))
 	}}
@@ -182,7 +191,11 @@ func noBackoff(int, time.Duration) time.Duration { return 0 }
 // transport is rt: how sturdy, failsafehttp and retryablehttp's
 // RoundTripper are adopted under an SDK.
 func stdClient(name string, rt http.RoundTripper) client {
-	hc := &http.Client{Transport: rt}
+	return httpClient(name, &http.Client{Transport: rt})
+}
+
+// httpClient is a client that sends through hc.
+func httpClient(name string, hc *http.Client) client {
 	return client{name, func(ctx context.Context, o op) (int, error) {
 		req, err := http.NewRequestWithContext(ctx, o.method, o.url, o.reqBody())
 		if err != nil {

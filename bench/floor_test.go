@@ -235,7 +235,7 @@ func (b *floorBody) Close() error {
 // the in-memory base: the bare client, go-retryablehttp's RoundTripper
 // and transport.New with every layer.
 func BenchmarkFloor(b *testing.B) {
-	kinds := []clientKind{kindBare, kindRetryablehttpRT, kindSturdy, floorKind("floor", 0),
+	kinds := []clientKind{kindBare, kindBareTimeout, kindRetryablehttpRT, kindRetryablehttpRTTimeout, kindFailsafe, kindSturdy, floorKind("floor", 0),
 		floorKind("floor-clock", floorClock), floorKind("floor-deadline", floorDeadline),
 		floorKind("floor-counts", floorCounts), floorKind("floor-scan", floorScan)}
 	for _, o := range successOps("http://api.test/v1/things")[:2] {
@@ -248,6 +248,13 @@ func BenchmarkFloor(b *testing.B) {
 		})
 	}
 }
+
+// kindBareTimeout is the bare client with net/http's own bound on the
+// operation, http.Client.Timeout, set to sturdy's default Timeout: what a
+// deadline costs when net/http places it.
+var kindBareTimeout = clientKind{"bare-timeout", func(c clientConfig) client {
+	return httpClient("bare-timeout", &http.Client{Transport: c.base, Timeout: c.opTimeout()})
+}}
 
 // floorKind is the floor with the parts in skip left out.
 func floorKind(name string, skip floorPart) clientKind {
