@@ -117,6 +117,11 @@ func (p Retry) Next(s State) Step {
 		return Step{Reason: ReasonCallerError, Decision: Decision{Reason: "invalid request"}}
 	}
 	d := p.Classify(o)
+	if !d.HasRetryAfter && o.Response != nil {
+		// A custom classifier that says nothing of the wait still
+		// retries a response whose server asked for one.
+		d.RetryAfter, d.HasRetryAfter = ResponseRetryAfter(o.Response.Header, o.Now)
+	}
 	st := Step{Decision: d}
 	switch {
 	case !d.Retry:

@@ -149,6 +149,12 @@ func TestNextStops(t *testing.T) {
 		{"retry-after over the limit", Retry{MaxRetryAfter: 10 * time.Second}, func(s *State) { s.Outcome.Response = r429("11") }, ReasonRetryAfterTooLong, 0, 0},
 		{"retry-after never honoured", Retry{MaxRetryAfter: -1}, func(s *State) { s.Outcome.Response = r429("1") }, ReasonRetryAfterTooLong, 0, 0},
 		{"retry-after longer than the backoff", Retry{}, func(s *State) { s.Outcome.Response = r429("5") }, ReasonRetry, 5 * time.Second, 0},
+		{"a custom classifier's retry honours the response's Retry-After", Retry{Classify: retryAll},
+			func(s *State) { s.Outcome.Response = r429("5") }, ReasonRetry, 5 * time.Second, 0},
+		{"a custom classifier's retry honours MaxRetryAfter", Retry{Classify: retryAll, MaxRetryAfter: 10 * time.Second},
+			func(s *State) { s.Outcome.Response = r429("11") }, ReasonRetryAfterTooLong, 0, 0},
+		{"a custom classifier may say the wait itself", Retry{Classify: func(Outcome) Decision { return Decision{Retry: true, HasRetryAfter: true} }},
+			func(s *State) { s.Outcome.Response = r429("5") }, ReasonRetry, time.Second, 0},
 		{"wait would pass the deadline", Retry{}, func(s *State) { s.Deadline = testNow.Add(time.Second) }, ReasonWaitPastDeadline, time.Second, 0},
 		{"wait ends before the deadline", Retry{}, func(s *State) { s.Deadline = testNow.Add(time.Second + 1) }, ReasonRetry, time.Second, 0},
 		{"refused when the wait ends", Retry{}, func(s *State) {
@@ -188,6 +194,10 @@ func TestNextStops(t *testing.T) {
 		})
 	}
 }
+
+// retryAll is a custom classifier that retries every outcome and says
+// nothing of Retry-After.
+func retryAll(Outcome) Decision { return Decision{Retry: true, Reason: "custom"} }
 
 func TestReasonsAreDistinct(t *testing.T) {
 	all := []Reason{ReasonRetry, ReasonCanceled, ReasonDeadline, ReasonCallerError, ReasonFinal, ReasonNotSafe,

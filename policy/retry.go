@@ -61,7 +61,10 @@ type Retry struct {
 	MaxRetryAfter time.Duration
 
 	// Classify decides whether an attempt's outcome is worth another
-	// attempt. Nil means [DefaultClassifier].
+	// attempt. Nil means [DefaultClassifier]. A Decision that leaves
+	// HasRetryAfter false still waits for the response's Retry-After
+	// (within MaxRetryAfter); to retry sooner than the server asked, a
+	// classifier sets HasRetryAfter with the wait it wants.
 	Classify Classifier
 
 	// MaxBufferedBody is how many bytes of a request body without GetBody

@@ -280,19 +280,22 @@ func TestRetryHonoursRetryAfter(t *testing.T) {
 	tests := []struct {
 		name     string
 		step     httptestutil.Step
+		classify policy.Classifier
 		wantWait time.Duration
 	}{
-		{"seconds", httptestutil.RetryAfterSeconds(503, 30), 30 * time.Second},
-		{"date", httptestutil.RetryAfterDate(429, time.Date(2000, 1, 1, 0, 0, 45, 0, time.UTC)), 45 * time.Second},
-		{"retry-after-ms", httptestutil.RetryAfterMS(429, 2500), 2500 * time.Millisecond},
-		{"shorter than backoff", httptestutil.RetryAfterSeconds(503, 1), 2 * time.Second},
+		{"seconds", httptestutil.RetryAfterSeconds(503, 30), nil, 30 * time.Second},
+		{"a custom classifier that says nothing of the wait", httptestutil.RetryAfterSeconds(503, 30),
+			func(o policy.Outcome) policy.Decision { return policy.Decision{Retry: o.Response.StatusCode == 503} }, 30 * time.Second},
+		{"date", httptestutil.RetryAfterDate(429, time.Date(2000, 1, 1, 0, 0, 45, 0, time.UTC)), nil, 45 * time.Second},
+		{"retry-after-ms", httptestutil.RetryAfterMS(429, 2500), nil, 2500 * time.Millisecond},
+		{"shorter than backoff", httptestutil.RetryAfterSeconds(503, 1), nil, 2 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				rec := httptestutil.NewRecorder(httptestutil.Script(tt.step, httptestutil.Status(200, "ok")))
 				env := newFakeEnv(t, rec)
-				c := &http.Client{Transport: Chain(env.base, Retry(policy.Retry{Backoff: constant(2 * time.Second)}))}
+				c := &http.Client{Transport: Chain(env.base, Retry(policy.Retry{Backoff: constant(2 * time.Second), Classify: tt.classify}))}
 				resp, err := c.Get(env.url)
 				if err != nil {
 					t.Fatal(err)
