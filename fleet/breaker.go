@@ -78,14 +78,9 @@ return v`)
 // Publish implements [transport.BreakerStore].
 func (b BreakerStore) Publish(key string, s transport.SharedBreakerState) {
 	f := b.f
-	state, until, hold := "c", int64(0), "0"
-	ttl := breakerTTL
+	state, until := "c", int64(0)
 	if s.State == transport.BreakerOpen {
 		state, until = "o", s.Until.UnixMilli()
-		ttl += max(time.Until(s.Until), 0)
-		if d := time.Until(s.Until); d > 0 {
-			hold = millis(d)
-		}
 	}
 	rk := f.hostKey("brk", key)
 	hv := f.view(key)
@@ -93,6 +88,13 @@ func (b BreakerStore) Publish(key string, s transport.SharedBreakerState) {
 		hv.usedBreaker.Store(true)
 	}
 	f.enqueue(rk, func(ctx context.Context) bool {
+		// The TTLs count from now, when the change is sent (perhaps
+		// again, after Redis was down), not from the Publish.
+		ttl, hold := breakerTTL, "0"
+		if d := time.Until(s.Until); s.State == transport.BreakerOpen && d > 0 {
+			ttl += d
+			hold = millis(d)
+		}
 		v, err := breakerPublish.Exec(ctx, f.client, []string{rk, rk + ":probe"},
 			[]string{state, strconv.FormatInt(until, 10), millis(ttl), hold}).AsInt64()
 		if err != nil {
@@ -134,6 +136,7 @@ func (b BreakerStore) ClaimProbe(ctx context.Context, key string, ttl time.Durat
 	if hv != nil && hv.lostProbe(now, f.interval) {
 		return false, nil // lost a moment ago, and nothing has changed since
 	}
+	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	rk := f.hostKey("brk", key) + ":probe"
@@ -153,7 +156,7 @@ func (b BreakerStore) ClaimProbe(ctx context.Context, key string, ttl time.Durat
 		}
 		return false, nil
 	}
-	if unreachable(err) == 1 && ctx.Err() != context.Canceled {
+	if unreachable(err) == 1 && caller.Err() == nil { // not ended by the caller's cancel or deadline
 		f.markDown()
 	}
 	err = callErr("breaker probe claim", rk, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sturdyhttp/sturdy/fleet"
 	"github.com/sturdyhttp/sturdy/fleet/internal/redisproc"
+	"github.com/sturdyhttp/sturdy/httptestutil"
 	"github.com/sturdyhttp/sturdy/transport"
 )
 
@@ -279,3 +280,70 @@ func TestBreakerStoreMalformed(t *testing.T) {
 }
 
 var _ = rueidis.Nil
+
+// An opening published while Redis was gone reaches the fleet when Redis
+// is back, and holds the probe claim until its open period ends, not for
+// the whole open period counted from when Redis came back: otherwise
+// every process of the fleet refuses the host (half-open, probe taken)
+// for up to one more Cooldown after it should have been probed.
+func TestBreakerStoreLateOpeningHoldsClaimUntilItsEnd(t *testing.T) {
+	srv := redisproc.StartT(t)
+	f1 := newFleet(t, srv, fleet.Options{Timeout: 50 * time.Millisecond})
+	f2 := newFleet(t, srv, fleet.Options{})
+	b1, b2 := f1.Breakers(), f2.Breakers()
+	c := newClient(t, srv)
+	b2.Load(host) // f2 reads the host's state at each refresh
+
+	srv.Kill()
+	until := time.Now().Add(time.Second)
+	b1.Publish(host, transport.SharedBreakerState{State: transport.BreakerOpen, Until: until})
+	time.Sleep(600 * time.Millisecond)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "opening written once Redis is back", func() bool {
+		s, _ := c.Do(context.Background(), c.B().Hget().Key("sturdy:brk:{"+host+"}").Field("s").Build()).ToString()
+		return s == "o"
+	})
+	nextRefresh(t, f2) // f2 is connected again, and sees the opening
+	time.Sleep(time.Until(until) + 100*time.Millisecond)
+	won, err := b2.ClaimProbe(context.Background(), host, time.Minute)
+	if !won || err != nil {
+		pttl, _ := c.Do(context.Background(), c.B().Pttl().Key("sturdy:brk:{"+host+"}:probe").Build()).AsInt64()
+		t.Errorf("ClaimProbe 100ms after the open period ended = %v, %v (claim PTTL %dms); want true: the fleet is half-open", won, err, pttl)
+	}
+}
+
+// A request whose own deadline runs out while it claims the fleet's probe
+// says nothing about Redis: it must not make the process take Redis as
+// unreachable, or the process's next requests to the half-open host skip
+// the fleet's claim and are all sent, beside the probe another process
+// has out.
+func TestFleetCallerDeadlineDoesNotMarkRedisDown(t *testing.T) {
+	redis := redisproc.StartT(t)
+	srv := &switchable{}
+	fa := newFleet(t, redis, fleet.Options{RefreshInterval: time.Second})
+	fb := newFleet(t, redis, fleet.Options{RefreshInterval: time.Second})
+	rt := transport.Breaker(transport.BreakerSettings{Store: fa.Breakers()})(httptestutil.NewHandlerTransport(srv))
+
+	// The fleet holds the host open for a moment; then another process
+	// wins the probe, and its probe is out.
+	fa.Breakers().Publish(host, transport.SharedBreakerState{State: transport.BreakerOpen, Until: time.Now().Add(50 * time.Millisecond)})
+	eventually(t, "opening in A's view", func() bool { return fa.Breakers().Load(host).State == transport.BreakerOpen })
+	time.Sleep(time.Until(fa.Breakers().Load(host).Until) + 10*time.Millisecond)
+	if won, err := fb.Breakers().ClaimProbe(context.Background(), host, time.Minute); !won || err != nil {
+		t.Fatalf("B's claim = %v, %v; want won", won, err)
+	}
+
+	// A request of A's whose caller's deadline has passed.
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	fa.Breakers().ClaimProbe(ctx, host, time.Minute)
+
+	before := srv.requests.Load()
+	status, err := get(rt)
+	if !errors.Is(err, transport.ErrCircuitOpen) || srv.requests.Load() != before {
+		t.Errorf("A's next request while B's probe is out: status %d, err %v, %d sent; want ErrCircuitOpen, none sent",
+			status, err, srv.requests.Load()-before)
+	}
+}

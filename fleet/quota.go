@@ -141,7 +141,7 @@ local u = tonumber(ARGV[2])
 local old = tonumber(redis.call('HGET', KEYS[1], f) or 0) or 0
 if u > old then redis.call('HSET', KEYS[1], f, ARGV[2]) end
 local t = redis.call('TIME')
-local want = math.ceil(u - (tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000)) + 1000
+local want = math.max(math.ceil(u - (tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000)) + 1000, 1)
 if redis.call('PTTL', KEYS[1]) < want then redis.call('PEXPIRE', KEYS[1], want) end
 return 1`)
 
@@ -269,6 +269,7 @@ func (qv *quotaView) local(lim limit) *quotaView {
 
 // lease runs quotaLease within Timeout.
 func (f *Fleet) lease(ctx context.Context, key, resource string, lim limit, n int, maxWait time.Duration) (granted int, wait time.Duration, paused bool, err error) {
+	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	rk := f.hostKey("rate", key)
@@ -282,7 +283,7 @@ func (f *Fleet) lease(ctx context.Context, key, resource string, lim limit, n in
 	}).AsIntSlice()
 	switch {
 	case err != nil:
-		if unreachable(err) == 1 && ctx.Err() != context.Canceled {
+		if unreachable(err) == 1 && caller.Err() == nil { // not ended by the caller's cancel or deadline
 			f.markDown()
 		}
 		err = callErr("quota lease", rk, err)

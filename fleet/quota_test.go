@@ -359,3 +359,37 @@ func TestOnErrorMalformedPauseNoLockHeld(t *testing.T) {
 		t.Fatal("malformed pause never reported to OnError")
 	}
 }
+
+// A lease of quota cut by its caller's deadline says nothing about Redis either: the process's
+// next requests must still lease from the fleet's rate, not fall back to
+// the local limiter as if Redis were unreachable.
+func TestQuotaStoreCallerDeadlineDoesNotMarkRedisDown(t *testing.T) {
+	redis := redisproc.StartT(t)
+	f := newFleet(t, redis, fleet.Options{
+		RefreshInterval: time.Second,
+		Limits:          []fleet.Limit{{Host: host, Requests: 1000, Per: time.Second, Burst: 1}},
+	})
+	q := f.Quotas()
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	q.Take(ctx, host, "", time.Hour)
+	if _, err := q.Take(context.Background(), host, "", time.Hour); err != nil {
+		t.Errorf("Take after a caller's expired Take = %v, want nil: Redis is up", err)
+	}
+}
+
+// Every key the fleet writes expires. A pause whose end, by Redis's
+// clock, passed more than a second ago (one sent by a process whose clock
+// runs a few seconds behind Redis's) must not leave the pause hash
+// without a TTL.
+func TestQuotaStoreStalePauseLeavesNoKeyWithoutTTL(t *testing.T) {
+	redis := redisproc.StartT(t)
+	c := newClient(t, redis)
+	f := newFleet(t, redis, fleet.Options{})
+	f.Quotas().Pause(host, "", time.Now().Add(-3*time.Second))
+	f.Quotas().Pause(host, "gpt", time.Now().Add(-3*time.Second))
+	time.Sleep(300 * time.Millisecond) // sent at once, within the 20ms refresh
+	if pttl, _ := redisDo(t, c, "PTTL", "sturdy:q:{"+host+"}").AsInt64(); pttl == -1 {
+		t.Errorf("PTTL of the pause hash = %d, want it to expire (or be gone: -2)", pttl)
+	}
+}
