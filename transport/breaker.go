@@ -125,6 +125,11 @@ func (b *Breakers) hedgeRefusedAt(req *http.Request, at time.Time) error {
 	if e := b.slot.Peek(k); e != nil && BreakerState(e.state.Load()) != BreakerClosed {
 		return e.refusal(e.since(), true)
 	}
+	if s := b.c.store; s != nil && fleetState(fleetView(s, k.String(), at, b.c.cooldown), at) != BreakerClosed {
+		// The fleet's view counts too: half-open there, the first copy
+		// is the fleet's probe, and a hedge would be refused unsent.
+		return &CircuitOpenError{Key: k.String(), State: BreakerHalfOpen}
+	}
 	return nil
 }
 

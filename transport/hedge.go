@@ -168,8 +168,13 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *hedger) race(req *http.Request, key string, body *replay, start time.Time, delay time.Duration) (*http.Response, error) {
 	c := t.c
 	ctx := req.Context()
-	copies := make([]hedgeCopy, 0, 1+c.hedges)
-	results := make(chan hedgeResult, 1+c.hedges) // never blocks a copy
+	// Room for the copies a race usually sends, not for all that
+	// MaxHedges allows (it may be huge): copies grow as they are sent,
+	// and a copy whose result finds the channel full waits only until
+	// the race, or the reaper after it, receives it.
+	n := min(c.hedges, maxHedgeRoom) + 1
+	copies := make([]hedgeCopy, 0, n)
+	results := make(chan hedgeResult, n)
 	// answered is set when a copy's round trip returns, before it is
 	// judged (which may read a problem body): from then on no hedge is
 	// sent, as none is once a copy has its headers.
@@ -374,6 +379,9 @@ func (t *hedger) discard(copies []hedgeCopy, r hedgeResult) {
 		cancel()
 	}()
 }
+
+// maxHedgeRoom bounds the room a race makes ahead for its hedges.
+const maxHedgeRoom = 8
 
 // discardWait is how long a losing copy's body may take to drain (so that
 // its connection is kept) before the copy is canceled.

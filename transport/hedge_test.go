@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -1027,6 +1028,110 @@ func TestHedgeNotSentOnceACopyHasHeaders(t *testing.T) {
 		readAll(t, resp)
 		if got := n.Load(); got != 1 {
 			t.Errorf("server got %d requests; want 1: the first copy's 503 headers came at 50ms, before the 100ms hedge delay", got)
+		}
+	})
+}
+
+// slowCopies is a base whose every request takes a second, unless its
+// context ends first; it counts the requests.
+func slowCopies(served *atomic.Int32) http.RoundTripper {
+	return Func(func(r *http.Request) (*http.Response, error) {
+		served.Add(1)
+		select {
+		case <-time.After(time.Second):
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+	})
+}
+
+// A Retry of one attempt (no retries, only hedges) over a Hedge that
+// shares its budget still counts the operations: each earns Ratio hedges.
+// With Ratio 1 and MinRetries 1, every operation may be hedged.
+func TestHedgeBudgetCountsOperationsWithOneAttempt(t *testing.T) {
+	for _, stack := range []string{"New", "Chain"} {
+		t.Run(stack, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var served atomic.Int32
+				base := slowCopies(&served)
+				b := &policy.Budget{MinRetries: 1, Ratio: 1}
+				var hooks hedgeCounts
+				h := hooks.policy(policy.Hedge{Delay: 100 * time.Millisecond})
+				var rt http.RoundTripper
+				if stack == "New" {
+					rt = New(Options{Base: base, Retry: policy.Retry{MaxAttempts: 1, Budget: b}, Hedge: &h})
+				} else {
+					h.Budget = b
+					rt = Chain(base, Retry(policy.Retry{MaxAttempts: 1, Budget: b}), Hedge(h))
+				}
+				c := &http.Client{Transport: rt}
+				const ops = 5
+				for range ops {
+					resp, err := c.Get("http://api.test/x")
+					if err != nil {
+						t.Fatal(err)
+					}
+					readAll(t, resp)
+				}
+				synctest.Wait()
+				hooks.mu.Lock()
+				got := len(hooks.sent)
+				hooks.mu.Unlock()
+				if want := ops; got != want {
+					t.Errorf("%d hedges for %d operations, want %d (MinRetries 1 + Ratio 1 × operations)", got, ops, want)
+				}
+			})
+		})
+	}
+}
+
+// MaxHedges bounds the copies; a large one ("as many as it takes") is
+// odd but valid input, and must not panic or allocate for copies that
+// are never sent.
+func TestHedgeHugeMaxHedges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var served atomic.Int32
+		c := &http.Client{Transport: Chain(slowCopies(&served), Hedge(policy.Hedge{Delay: 30 * time.Millisecond, MaxHedges: math.MaxInt}))}
+		resp, err := c.Get("http://api.test/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		synctest.Wait()
+		if got, want := served.Load(), int32(34); got != want {
+			t.Errorf("%d copies sent, want %d (one every 30ms until the first answers at 1s)", got, want)
+		}
+	})
+}
+
+// In New, a hedge is sent only while its host's breaker is closed. With
+// a fleet's store that holds the host half-open, the first copy is the
+// fleet's one probe: a hedge would be refused unsent (the claim is
+// taken), after asking the store, and would draw on the budget for
+// nothing. None is sent.
+func TestNewHedgeNotIntoFleetHalfOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &claimStore{st: SharedBreakerState{State: BreakerOpen, Until: time.Now().Add(-time.Second), Version: 1}}
+		var served atomic.Int32
+		var hooks hedgeCounts
+		h := hooks.policy(policy.Hedge{Delay: 100 * time.Millisecond})
+		c := &http.Client{Transport: New(Options{
+			Base:    slowCopies(&served),
+			Breaker: BreakerSettings{Store: claimHandle{store, "a"}},
+			Hedge:   &h,
+		})}
+		resp, err := c.Get("http://api.test/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		synctest.Wait()
+		hooks.mu.Lock()
+		got := len(hooks.sent)
+		hooks.mu.Unlock()
+		if want := 0; got != want {
+			t.Errorf("%d hedges sent while the fleet's breaker was half-open, want %d", got, want)
 		}
 	})
 }

@@ -210,6 +210,9 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, &RetryError{Reason: policy.ReasonCallerError, Err: err}
 		}
+		if c.budget != nil { // an operation still, and a Hedge beneath may share the budget
+			c.budget.request(req.URL, startOf(req.Context()))
+		}
 		return t.next.RoundTrip(r)
 	}
 	ctx := req.Context()

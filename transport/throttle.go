@@ -113,6 +113,7 @@ func throttleOutcome(req *http.Request, resp *http.Response, err error) (counted
 	if err != nil {
 		switch {
 		case errors.Is(err, context.Canceled),
+			errors.Is(req.Context().Err(), context.Canceled), // canceled with a cause, which net/http returns
 			errors.Is(err, ErrCircuitOpen),
 			errors.Is(err, ratelimit.ErrQuotaExhausted),
 			errors.Is(err, policy.ErrInvalidRequest),

@@ -247,3 +247,30 @@ func TestHedgeThrottleCloseIdleConnections(t *testing.T) {
 		}
 	}
 }
+
+// A caller that cancels with a cause (errgroup.WithContext does, when a
+// sibling fails) still cancels: its requests are not rejections by the
+// server. net/http returns the cause, not context.Canceled.
+func TestThrottleCallerCancelWithCauseNotCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := httptestutil.NewRecorder(httptestutil.Script(httptestutil.Hang().Forever()))
+		env := newFakeEnv(t, rec)
+		th := &policy.Throttle{}
+		c := &http.Client{Transport: Chain(env.base, Throttle(th))}
+		sibling := errors.New("a sibling failed")
+		for range 50 {
+			ctx, cancel := context.WithCancelCause(t.Context())
+			req, _ := http.NewRequestWithContext(ctx, "GET", env.url+"/x", nil)
+			stop := time.AfterFunc(10*time.Millisecond, func() { cancel(sibling) })
+			_, err := c.Do(req)
+			stop.Stop()
+			cancel(nil)
+			if got, want := err, sibling; !errors.Is(got, want) {
+				t.Fatalf("err = %v, want %v: the host was never judged to have rejected anything", got, want)
+			}
+		}
+		if got, want := th.Probability(env.url, time.Now()), 0.0; got != want {
+			t.Errorf("Probability = %v after 50 caller cancels with a cause, want %v", got, want)
+		}
+	})
+}
