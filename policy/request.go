@@ -16,10 +16,11 @@ var ErrInvalidRequest = errors.New("policy: invalid request")
 
 // CheckRequest reports why net/http would refuse to send r, or nil: a
 // missing URL or host, a scheme other than http and https, a method or a
-// header field name that is not a token, a header value with control
-// characters, or a positive ContentLength with no body. Such a request
-// fails every time it is tried, so it is never retried and a circuit
-// breaker does not count it against the host (see [IsCallerError]).
+// header or trailer field name that is not a token, a header or trailer
+// value with control characters, or a positive ContentLength with no
+// body. Such a request fails every time it is tried, so it is never
+// retried and a circuit breaker does not count it against the host (see
+// [IsCallerError]).
 // net/http reports these cases with errors of no particular type; checking
 // the request is more reliable than matching their text.
 //
@@ -31,20 +32,29 @@ func CheckRequest(r *http.Request) error {
 		return invalid("no URL")
 	case r.URL.Scheme != "http" && r.URL.Scheme != "https":
 		return invalid("unsupported scheme " + strconv.Quote(r.URL.Scheme))
-	case r.URL.Host == "" && r.Host == "":
+	case r.URL.Host == "": // net/http dials the URL's host, whatever r.Host says
 		return invalid("no host")
 	case r.Method != "" && !lex.IsToken(r.Method):
 		return invalid("method " + strconv.Quote(r.Method) + " is not a token")
 	case r.ContentLength > 0 && (r.Body == nil || r.Body == http.NoBody):
 		return invalid("ContentLength " + strconv.FormatInt(r.ContentLength, 10) + " with no body")
 	}
-	for name, values := range r.Header {
+	if err := checkFields("header", r.Header); err != nil {
+		return err
+	}
+	return checkFields("trailer", r.Trailer)
+}
+
+// checkFields reports a field of h (r.Header or r.Trailer, which
+// net/http validates alike) that net/http would refuse to send.
+func checkFields(kind string, h http.Header) error {
+	for name, values := range h {
 		if !lex.IsToken(name) {
-			return invalid("header field name " + strconv.Quote(name) + " is not a token")
+			return invalid(kind + " field name " + strconv.Quote(name) + " is not a token")
 		}
 		for _, v := range values {
 			if !validFieldValue(v) {
-				return invalid("header " + strconv.Quote(name) + " has control characters")
+				return invalid(kind + " " + strconv.Quote(name) + " has control characters")
 			}
 		}
 	}

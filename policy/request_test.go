@@ -51,6 +51,43 @@ func TestCheckRequest(t *testing.T) {
 	}
 }
 
+// net/http validates a request's trailers as it validates its headers,
+// and refuses to send one with a bad trailer ("net/http: invalid
+// trailer"): that is the caller's error too.
+func TestCheckRequestTrailer(t *testing.T) {
+	tests := []struct {
+		name    string
+		trailer http.Header
+		wantErr bool
+	}{
+		{"none", nil, false},
+		{"announced", http.Header{"X-Checksum": nil}, false},
+		{"with a value", http.Header{"X-Checksum": {"abc"}}, false},
+		{"newline in value", http.Header{"X-Checksum": {"a\r\nInjected: 1"}}, true},
+		{"space in name", http.Header{"X Checksum": nil}, true},
+		{"empty name", http.Header{"": {"a"}}, true},
+	}
+	for _, tt := range tests {
+		r := &http.Request{Method: "PUT", URL: &url.URL{Scheme: "https", Host: "api.test"}, Header: http.Header{}, Trailer: tt.trailer}
+		err := CheckRequest(r)
+		if got := err != nil; got != tt.wantErr {
+			t.Errorf("%s: CheckRequest = %v, want error: %v", tt.name, err, tt.wantErr)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("%s: errors.Is(%v, ErrInvalidRequest) = false", tt.name, err)
+		}
+	}
+}
+
+// net/http's Transport dials the URL's host, and refuses a request whose
+// URL has none ("http: no Host in request URL") even when r.Host is set.
+func TestCheckRequestHostWithoutURLHost(t *testing.T) {
+	r := &http.Request{Method: "GET", URL: &url.URL{Scheme: "http", Path: "/v1"}, Host: "api.test", Header: http.Header{}}
+	if err := CheckRequest(r); !errors.Is(err, ErrInvalidRequest) {
+		t.Errorf("CheckRequest(Host %q, URL %q) = %v, want ErrInvalidRequest", r.Host, r.URL, err)
+	}
+}
+
 func TestCheckRequestContentLengthWithoutBody(t *testing.T) {
 	for _, body := range []io.ReadCloser{nil, http.NoBody} {
 		r := &http.Request{Method: "POST", URL: &url.URL{Scheme: "https", Host: "api.test"}, ContentLength: 3, Body: body}

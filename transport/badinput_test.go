@@ -649,6 +649,21 @@ func TestBadInputInvalidRequests(t *testing.T) {
 			req, _ := http.NewRequest("GET", "ftp"+strings.TrimPrefix(url, "http"), nil)
 			return req
 		}, "unsupported protocol scheme"},
+		{"newline in a trailer", func(url string) *http.Request {
+			req, _ := http.NewRequest("PUT", url, strings.NewReader("{}"))
+			req.Trailer = http.Header{"X-Checksum": {"a\r\nX-Injected: 1"}}
+			return req
+		}, "invalid trailer"},
+		{"a Host but no host in the URL", func(url string) *http.Request {
+			req, _ := http.NewRequest("GET", "http:///v1", nil)
+			req.Host = strings.TrimPrefix(url, "http://")
+			return req
+		}, "no Host in request URL"},
+		{"space in a trailer's name", func(url string) *http.Request {
+			req, _ := http.NewRequest("GET", url, nil)
+			req.Trailer = http.Header{"X Checksum": nil}
+			return req
+		}, "invalid trailer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
