@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// DefaultBreakerCooldown is how long an open breaker refuses requests,
-// on average, before it lets a probe through, when
-// BreakerSettings.Cooldown is zero: each open period lasts between half
-// of it and all of it, at random.
+// DefaultBreakerCooldown is the longest an open breaker refuses requests
+// before it lets a probe through, when BreakerSettings.Cooldown is zero:
+// each open period lasts between half of it and all of it, at random
+// (150ms on average).
 const DefaultBreakerCooldown = 200 * time.Millisecond
 
 // The other defaults of [BreakerSettings], documented on its fields.

@@ -125,8 +125,9 @@ func ExampleSlogHooks() {
 	// Output: level=INFO msg="sturdy: retry" sturdy.attempt=2 sturdy.reason="status 429" http.response.status_code=429 http.request.method=GET server.address=api.test url.path=/v1/models
 }
 
-// A caller's cancellation stops everything at once, waits included, and
-// the error says so.
+// A transport beneath Retry (here one that logs) reads which attempt it
+// is sending from the request's context: the server fails twice with a
+// 502, and the third attempt gets the 200.
 func ExampleAttemptFromContext() {
 	api := httptestutil.Script(httptestutil.Status(http.StatusBadGateway, "").Times(2), httptestutil.Status(http.StatusOK, ""))
 	logging := transport.Func(func(r *http.Request) (*http.Response, error) {
