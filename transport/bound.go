@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/sturdyhttp/sturdy/policy"
 )
 
 // The names a [*DeadlineError] gives the bounds of [New].
@@ -114,7 +116,7 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.release()
 		return resp, nil
 	}
-	if rw, ok := body.(io.ReadWriteCloser); ok { // 101 Switching Protocols
+	if rw, ok := body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
 		if t.mode != boundAll {
 			c.bodyStarts(false, false) // an upgraded connection is neither bounded nor cut
 		} else {
@@ -317,7 +319,10 @@ func WithReadBody(ctx context.Context, limit int64) context.Context {
 func readInAttempt(resp *http.Response, b *boundBody, limit int64) (*http.Response, error) {
 	var buf bytes.Buffer
 	if resp.ContentLength > 0 && resp.ContentLength <= limit {
-		buf.Grow(int(resp.ContentLength) + 1)
+		// The declared length is the server's word, and may be wrong: no
+		// more than the default replay limit is allocated before bytes
+		// arrive.
+		buf.Grow(int(min(resp.ContentLength, policy.DefaultMaxBufferedBody)) + 1)
 	}
 	n := limit + 1 // one more, to learn whether the body is longer
 	if n < 0 {

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -271,8 +272,14 @@ func (c *boundCtx) expiredLocked() bool {
 }
 
 // due returns the bound's own deadline on the clockNow scale
-// (meaningful while dlArmed).
-func (c *boundCtx) due() time.Duration { return c.begun + c.b.d }
+// (meaningful while dlArmed). A bound so long that the sum overflows
+// (math.MaxInt64, the longest Duration) ends at the end of the scale.
+func (c *boundCtx) due() time.Duration {
+	if c.begun > math.MaxInt64-c.b.d {
+		return math.MaxInt64
+	}
+	return c.begun + c.b.d
+}
 
 // deadline returns the bound's own deadline as a time. It is computed
 // when asked: a request that succeeds never asks.

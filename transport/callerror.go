@@ -102,14 +102,28 @@ type checkedBody struct {
 	body   io.ReadCloser
 	length int64 // the declared ContentLength; 0 or less: not checked
 	read   int64
+	spare  [1]byte // where the byte past the declared end is read
 }
 
 func (b *checkedBody) Read(p []byte) (int, error) {
+	if b.length > 0 {
+		// Never hand net/http a byte past ContentLength: its HTTP/2
+		// transport reports a body that gives more than declared with an
+		// error of its own ("http2: request body larger than specified
+		// content length") in place of the one returned with those
+		// bytes. Past the declared end, one byte is read to learn whether
+		// the body ends there.
+		if left := b.length - b.read; left <= 0 {
+			p = b.spare[:]
+		} else if int64(len(p)) > left {
+			p = p[:left]
+		}
+	}
 	n, err := b.body.Read(p)
 	b.read += int64(n)
 	switch {
 	case b.length > 0 && b.read > b.length:
-		return n, &policy.BodyError{ContentLength: b.length, Read: b.read}
+		return 0, &policy.BodyError{ContentLength: b.length, Read: b.read}
 	case err == io.EOF:
 		if b.length > 0 && b.read < b.length {
 			return n, &policy.BodyError{ContentLength: b.length, Read: b.read}
