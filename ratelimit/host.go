@@ -120,6 +120,7 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	// cannot end in time is refused before any of it is spent.
 	var until time.Time
 	paused := now.Before(h.pause)
+	await := false
 	for i := range h.quotas[:h.nq] {
 		if set&(1<<i) == 0 {
 			continue
@@ -138,10 +139,7 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			continue
 		}
 		if q.awaiting && q.sentSinceRoll > 0 && !a.giveUp {
-			if h.news == nil {
-				h.news = make(chan struct{})
-			}
-			return verdict{reason: ReasonAwaitQuota, news: h.news}
+			await = true
 		}
 	}
 	if paused && !h.pause.Before(until) {
@@ -151,6 +149,15 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	if !until.IsZero() {
 		a.waited = a.waited || paused
 		return verdict{until: until, reason: ReasonQuota}
+	}
+	// News of a new window is awaited only when nothing else holds the
+	// request: a wait that cannot end in time is refused before any of
+	// it is spent.
+	if await {
+		if h.news == nil {
+			h.news = make(chan struct{})
+		}
+		return verdict{reason: ReasonAwaitQuota, news: h.news}
 	}
 	// A measured rate releases the requests a pause held by itself.
 	if !a.released && !(h.thr.on(now) && h.thr.measured()) {
@@ -435,12 +442,15 @@ func (q *quotaState) update(r Quota, now time.Time) {
 		q.window = r.Window
 	}
 	q.family = r.Family
-	if r.Remaining == Unknown {
-		return
+	if r.Remaining == Unknown || !r.Reset.IsZero() && !r.Reset.After(now) {
+		return // nothing to count, or the window it describes is over: its Remaining is stale
+	}
+	if !q.reset.IsZero() && !now.Before(q.reset) {
+		// The window the state counts is over, though no request has
+		// come since to roll it: the response is news of a later one.
+		q.roll(now)
 	}
 	switch {
-	case !r.Reset.IsZero() && !r.Reset.After(now):
-		// The window it describes is over: its Remaining is stale.
 	case q.reset.IsZero():
 		// The first news of this window (or of this quota). After a
 		// roll, the requests let through since count too.

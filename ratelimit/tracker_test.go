@@ -787,3 +787,50 @@ func searchSpent() http.Header {
 	return hdr("X-RateLimit-Limit", "30", "X-RateLimit-Remaining", "0",
 		"X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10), "X-RateLimit-Resource", "search")
 }
+
+func TestTrackerNewsAfterResetStartsNewWindow(t *testing.T) {
+	// Discord-style quota, 5 a second: exhausted until +1s. No request
+	// comes until +1.5s, when a response of the next window (from another
+	// client, or one in flight) says 4 are left until +1.9s. The spent
+	// count of the window that is over must not hold the host: the next
+	// request goes at once.
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		r := newReq(t, nil, "https://api.example.com/x")
+		tr.Observe(r, quotaHeader(5, 0, time.Second))
+		time.Sleep(1500 * time.Millisecond)
+		tr.Observe(r, quotaHeader(5, 4, 400*time.Millisecond))
+		if q, _ := tr.Quota(r); q.Remaining != 4 {
+			t.Errorf("Remaining = %d, want 4", q.Remaining)
+		}
+		if took, err := timedWait(tr, r); err != nil || took != 0 {
+			t.Errorf("Wait = %v after %v, want nil at once", err, took)
+		}
+	})
+}
+
+func TestTrackerNoNewsWaitBeforeRefusal(t *testing.T) {
+	// OpenAI's requests quota has rolled over and the one request of the
+	// new window has gone, so the next would wait (up to a second) for
+	// news of the new window. But a Retry-After pause already holds the
+	// host past the request's deadline: it must fail at once, not after a
+	// second spent waiting only to fail.
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		r := newReq(t, nil, "https://api.example.com/v1/x")
+		tr.Observe(r, hdr(
+			"X-Ratelimit-Limit-Requests", "1", "X-Ratelimit-Remaining-Requests", "0", "X-Ratelimit-Reset-Requests", "1s",
+			"X-Ratelimit-Limit-Tokens", "1000", "X-Ratelimit-Remaining-Tokens", "1000", "X-Ratelimit-Reset-Tokens", "1s"))
+		time.Sleep(time.Second)
+		if err := waitFor(tr, r); err != nil { // the one request of the new window
+			t.Fatalf("first request of the new window: %v", err)
+		}
+		tr.Pause(r, time.Now().Add(30*time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		took, err := timedWait(tr, newReq(t, ctx, "https://api.example.com/v1/x"))
+		if !errors.Is(err, ErrQuotaExhausted) || took != 0 {
+			t.Errorf("Wait = %v after %v, want ErrQuotaExhausted at once", err, took)
+		}
+	})
+}
