@@ -329,19 +329,27 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 // observe merges the quotas of a response of route into the state. h.mu
 // is held.
 func (h *hostState) observe(now time.Time, route string, qs []Quota) {
-	var set quotaSet
-	for _, q := range qs {
+	var (
+		set  quotaSet
+		pace *Quota // the policy of the shortest window, whose rate the limiter adopts
+	)
+	for k, q := range qs {
 		i := h.slot(q)
 		h.quotas[i].update(q, now)
-		if h.client != nil && q.Limit != Unknown && q.Window > 0 && !h.quotas[i].tokens() {
-			// The server's own rate replaces Options.Rate.
-			if r := rate.Limit(float64(q.Limit) / q.Window.Seconds()); h.client.Limit() != r {
-				h.client.SetLimitAt(now, r)
-			}
+		if q.Limit != Unknown && q.Window > 0 && !h.quotas[i].tokens() && (pace == nil || q.Window < pace.Window) {
+			pace = &qs[k]
 		}
 		h.tick++
 		h.quotas[i].used = h.tick
 		set |= 1 << i
+	}
+	if h.client != nil && pace != nil {
+		// The server's own rate replaces Options.Rate: that of its
+		// shortest window (a per-second policy, not a daily quota, which
+		// is counted as a quota).
+		if r := rate.Limit(float64(pace.Limit) / pace.Window.Seconds()); h.client.Limit() != r {
+			h.client.SetLimitAt(now, r)
+		}
 	}
 	if set != 0 {
 		h.learn(route, set)

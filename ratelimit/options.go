@@ -30,7 +30,9 @@ type Options struct {
 	// client-side limit. When a server announces its policy (q= and w=
 	// of an IETF RateLimit-Policy, or a window in the first-generation
 	// RateLimit-Limit), the limiter adopts the server's rate, quota per
-	// window, in place of Rate.
+	// window, in place of Rate; of several policies, that of the
+	// shortest window (a daily quota is counted as a quota, not made a
+	// pace).
 	Rate rate.Limit
 
 	// Burst is how many requests the client-side limiter lets through at

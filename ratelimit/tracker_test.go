@@ -474,6 +474,34 @@ func TestTrackerClientRate(t *testing.T) {
 	})
 }
 
+// A server that announces several policies (a per-second rate and a
+// daily quota, say) gives the limiter the rate of its shortest window,
+// whatever their order: the daily quota is counted as a quota, not
+// turned into a pace of one request every 0.86 s.
+func TestTrackerClientRateAdoptsShortestWindow(t *testing.T) {
+	for _, policy := range []string{
+		`"burst";q=100;w=1, "daily";q=100000;w=86400`,
+		`"daily";q=100000;w=86400, "burst";q=100;w=1`,
+	} {
+		t.Run(policy, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr := NewTracker(Options{Rate: 10})
+				r := newReq(t, nil, "https://api.example.com/x")
+				tr.Observe(r, hdr("RateLimit-Policy", policy))
+				start := time.Now()
+				for range 20 {
+					if err := waitFor(tr, r); err != nil {
+						t.Fatalf("Wait = %v", err)
+					}
+				}
+				if got, want := time.Since(start), 190*time.Millisecond; got != want {
+					t.Errorf("20 requests took %v, want %v (100 a second)", got, want)
+				}
+			})
+		})
+	}
+}
+
 func TestTrackerClientRateFailsFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := NewTracker(Options{Rate: 1, MaxWait: 500 * time.Millisecond})
