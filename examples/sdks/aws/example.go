@@ -53,7 +53,9 @@ func LoadConfig(ctx context.Context, o transport.Options, optFns ...func(*config
 //     X-Amzn-ErrorType header, and [Classify] retries the throttling
 //     codes whatever the status (DynamoDB's
 //     ProvisionedThroughputExceededException and most throttling come as
-//     400), and leaves the rest to [policy.DefaultClassifier];
+//     400), and leaves the rest to [policy.DefaultClassifier]; an error
+//     body that stalls while ErrorCodes reads it is cut after
+//     o.IdleTimeout, as the stack cuts any body;
 //   - the IdempotencyKey layer is off: AWS does not deduplicate by an
 //     Idempotency-Key header (operations that can take a token, like
 //     DynamoDB's TransactWriteItems ClientRequestToken, take it in the
@@ -67,6 +69,13 @@ func Transport(o transport.Options) http.RoundTripper {
 	if o.Retry.Classify == nil {
 		o.Retry.Classify = Classify
 	}
-	o.Base = ErrorCodes(o.Base)
+	idle := o.IdleTimeout // the stack's, for the error bodies ErrorCodes reads beneath it
+	switch {
+	case o.Disable&transport.LayerIdleTimeout != 0:
+		idle = 0
+	case idle == 0:
+		idle = transport.DefaultIdleTimeout
+	}
+	o.Base = errorCodesIdle(o.Base, idle)
 	return transport.New(o)
 }

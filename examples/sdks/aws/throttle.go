@@ -7,11 +7,14 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/hashicorp/go-cleanhttp"
 
 	"github.com/sturdyhttp/sturdy/policy"
+	"github.com/sturdyhttp/sturdy/transport"
 )
 
 // ErrorTypeHeader is the response header that carries an AWS error code,
@@ -30,21 +33,39 @@ const MaxErrorBody = 64 << 10
 // protocols) and sets the header to it. The body is read up to
 // [MaxErrorBody] bytes and handed back whole. A body that is not JSON, or
 // has no code in its first MaxErrorBody bytes, is left without the header.
+// A body that delivers no byte for [transport.DefaultIdleTimeout] while it
+// is read is cut: the attempt fails with the IdleTimeout's
+// [*transport.DeadlineError] ([Transport] uses its Options' IdleTimeout).
 func ErrorCodes(base http.RoundTripper) http.RoundTripper {
+	return errorCodesIdle(base, transport.DefaultIdleTimeout)
+}
+
+// errorCodesIdle is ErrorCodes with a stall limit for the error body it
+// reads: idle <= 0 means none.
+func errorCodesIdle(base http.RoundTripper, idle time.Duration) http.RoundTripper {
 	if base == nil {
 		base = cleanhttp.DefaultPooledTransport()
 	}
-	return &errorCodes{next: base}
+	return &errorCodes{next: base, idle: idle}
 }
 
-type errorCodes struct{ next http.RoundTripper }
+type errorCodes struct {
+	next http.RoundTripper
+	idle time.Duration // the longest the error body may stall while it is read; 0: no limit
+}
 
 func (t *errorCodes) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	if err != nil || resp.StatusCode < 400 || resp.Header.Get(ErrorTypeHeader) != "" || !isJSON(resp.Header.Get("Content-Type")) {
 		return resp, err
 	}
-	prefix, readErr := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
+	prefix, readErr, cut := readStalling(resp.Body, t.idle)
+	if cut {
+		// The error body stalled: it is read beneath the stack's own idle
+		// watch, which starts only once the response is handed on, so the
+		// cut is made here, as that watch would make it.
+		return nil, &transport.DeadlineError{Bound: "IdleTimeout", Limit: t.idle}
+	}
 	resp.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(prefix), resp.Body), body: resp.Body}
 	if readErr != nil {
 		return resp, nil
@@ -64,6 +85,39 @@ func (t *errorCodes) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	return resp, nil
+}
+
+// readStalling reads up to MaxErrorBody bytes of body. With idle > 0, a
+// Read that delivers nothing for idle closes the body, and cut reports it.
+func readStalling(body io.ReadCloser, idle time.Duration) (data []byte, err error, cut bool) {
+	r := io.LimitReader(body, MaxErrorBody)
+	if idle <= 0 {
+		data, err = io.ReadAll(r)
+		return data, err, false
+	}
+	var fired atomic.Bool
+	timer := time.AfterFunc(idle, func() {
+		fired.Store(true)
+		body.Close()
+	})
+	timer.Stop() // armed only while a Read is blocked
+	data, err = io.ReadAll(&stallReader{r: r, timer: timer, idle: idle})
+	timer.Stop()
+	return data, err, fired.Load()
+}
+
+// stallReader arms timer for idle while each Read is blocked.
+type stallReader struct {
+	r     io.Reader
+	timer *time.Timer
+	idle  time.Duration
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	s.timer.Reset(s.idle)
+	n, err := s.r.Read(p)
+	s.timer.Stop()
+	return n, err
 }
 
 // CloseIdleConnections closes the idle connections of the base transport.
