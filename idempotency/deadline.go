@@ -47,8 +47,8 @@ type DeadlineOptions struct {
 	// server's deadline is later than the caller's by that transit, and a
 	// body that completes in between is acted on after the caller gave
 	// up. Set it to the slowest transit you expect (a slow uplink's, a
-	// proxy's buffering). Zero means none; a request whose time left is
-	// Transit or less is refused as expired.
+	// proxy's buffering). Zero or negative means none; a request whose
+	// time left is Transit or less is refused as expired.
 	Transit time.Duration
 }
 
@@ -87,6 +87,7 @@ func DeadlineHandler(next http.Handler, o DeadlineOptions) http.Handler {
 		header = DefaultDeadlineHeader
 	}
 	header = http.CanonicalHeaderKey(header)
+	transit := max(o.Transit, 0) // a negative one would lengthen the caller's deadline, or wrap it around
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
 		d, ok := ParseDeadline(r.Header[header])
@@ -94,7 +95,7 @@ func DeadlineHandler(next http.Handler, o DeadlineOptions) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if d -= o.Transit; d <= 0 {
+		if d -= transit; d <= 0 {
 			WriteDeadlineProblem(w, "idempotency: the caller's deadline ("+header+") passed before the request was handled")
 			return
 		}

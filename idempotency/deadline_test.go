@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -311,5 +312,56 @@ func TestDeadlineHandlerKeepsConnection(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Errorf("opened %d connections, want 1", n)
+	}
+}
+
+// A negative Transit is a configuration slip, not a licence: a value of 0
+// is an expired deadline whatever Transit is, and no Transit may wrap a
+// live deadline around into an expired one (or stretch the caller's
+// deadline past what it said).
+func TestDeadlineHandlerNegativeTransit(t *testing.T) {
+	tests := []struct {
+		name     string
+		value    string
+		transit  time.Duration
+		wantRun  bool
+		wantLeft time.Duration
+	}{
+		{name: "expired, Transit -1s", value: "0", transit: -time.Second},
+		{name: "1500ms, Transit -1s", value: "1500", transit: -time.Second, wantRun: true, wantLeft: 1500 * time.Millisecond},
+		{name: "1500ms, Transit MinInt64", value: "1500", transit: math.MinInt64, wantRun: true, wantLeft: 1500 * time.Millisecond},
+		{name: "1500ms, Transit -MaxInt64", value: "1500", transit: -math.MaxInt64, wantRun: true, wantLeft: 1500 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ran := false
+				var left time.Duration
+				h := DeadlineHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					ran = true
+					if d, ok := r.Context().Deadline(); ok {
+						left = time.Until(d)
+					}
+					w.WriteHeader(http.StatusNoContent)
+				}), DeadlineOptions{Transit: tt.transit})
+				r := httptest.NewRequestWithContext(t.Context(), "POST", "/charges", strings.NewReader("{}"))
+				r.Header[DefaultDeadlineHeader] = []string{tt.value}
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if ran != tt.wantRun {
+					t.Fatalf("handler ran: %v, want %v (status %d)", ran, tt.wantRun, w.Code)
+				}
+				if left != tt.wantLeft {
+					t.Errorf("handler's context has %v left, want %v", left, tt.wantLeft)
+				}
+				want := http.StatusGatewayTimeout
+				if tt.wantRun {
+					want = http.StatusNoContent
+				}
+				if w.Code != want {
+					t.Errorf("got status %d, want %d", w.Code, want)
+				}
+			})
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -358,8 +359,14 @@ type bodyError string
 
 func (e bodyError) Error() string { return string(e) }
 
+// errBodyLonger is readBody's error for a body longer than its
+// Content-Length.
+var errBodyLonger = errors.New("body longer than its Content-Length")
+
 // readBody reads r's body whole, up to h.maxReq bytes. It returns nil for
 // a request without a body, and the status to answer with on an error.
+// Memory follows the bytes that arrive: no more than
+// [DefaultMaxRequestBody] is reserved on a declared Content-Length.
 func (h *handler) readBody(r *http.Request) ([]byte, int, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, 0, nil
@@ -368,7 +375,8 @@ func (h *handler) readBody(r *http.Request) ([]byte, int, error) {
 		body []byte
 		err  error
 	)
-	if n := r.ContentLength; n >= 0 && n <= h.maxReq {
+	switch n := r.ContentLength; {
+	case n >= 0 && n <= min(h.maxReq, DefaultMaxRequestBody):
 		// The common case: read exactly the declared length, then
 		// make sure nothing follows.
 		body = make([]byte, n)
@@ -378,13 +386,27 @@ func (h *handler) readBody(r *http.Request) ([]byte, int, error) {
 			m, err = io.ReadFull(r.Body, one[:])
 			switch {
 			case m > 0:
-				err = errors.New("body longer than its Content-Length")
+				err = errBodyLonger
 			case err == io.EOF:
 				err = nil
 			}
 		}
-	} else if n < 0 {
-		body, err = io.ReadAll(&io.LimitedReader{R: r.Body, N: h.maxReq + 1})
+	case n <= h.maxReq:
+		// An unknown length, or one too large to reserve on the
+		// client's word: read the bytes as they come, up to one past
+		// what may be read (without overflow at math.MaxInt64).
+		limit := h.maxReq
+		if n >= 0 {
+			limit = n
+		}
+		body, err = io.ReadAll(&io.LimitedReader{R: r.Body, N: limit + min(1, math.MaxInt64-limit)})
+		switch {
+		case err != nil || n < 0:
+		case int64(len(body)) > n:
+			err = errBodyLonger
+		case int64(len(body)) < n:
+			err = io.ErrUnexpectedEOF
+		}
 	}
 	switch {
 	case errors.Is(err, ErrCallerDeadline):
@@ -464,7 +486,11 @@ func writeProblem(w http.ResponseWriter, status int, detail string, retryAfter t
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	h.Set("Cache-Control", "no-store")
 	if retryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(int64((retryAfter+time.Second-1)/time.Second), 10))
+		secs := retryAfter / time.Second // rounded up below, without overflow
+		if retryAfter%time.Second != 0 {
+			secs++
+		}
+		h.Set("Retry-After", strconv.FormatInt(int64(secs), 10))
 	}
 	w.WriteHeader(status)
 	w.Write(b)

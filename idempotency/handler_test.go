@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -1010,5 +1012,100 @@ func TestHandlerFailedHijackStored(t *testing.T) {
 	}
 	if got, want := runs.Load(), int64(1); got != want {
 		t.Errorf("handler runs = %d, want %d", got, want)
+	}
+}
+
+// A MaxRequestBody of math.MaxInt64 ("no practical limit") must still
+// read and hand on a body of unknown length: limit+1 must not wrap to a
+// negative count that reads nothing, which would pass the handler an
+// empty body and fingerprint every body alike.
+func TestHandlerHugeMaxRequestBody(t *testing.T) {
+	tests := []struct {
+		name   string
+		length int64 // ContentLength; -1: chunked
+	}{
+		{"unknown length", -1},
+		{"declared length", 14},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var seen []string
+			h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				seen = append(seen, string(b))
+				w.WriteHeader(http.StatusCreated)
+			}), HandlerOptions{MaxRequestBody: math.MaxInt64})
+			send := func(body string) int {
+				r := httptest.NewRequest("POST", "/charges", nil)
+				r.Body, r.ContentLength = io.NopCloser(chunks{strings.NewReader(body)}), tt.length
+				r.Header.Set("Idempotency-Key", "k")
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w.Code
+			}
+			if got, want := send(`{"amount":100}`), http.StatusCreated; got != want {
+				t.Fatalf("first request: status = %d, want %d", got, want)
+			}
+			if len(seen) != 1 || seen[0] != `{"amount":100}` {
+				t.Errorf("handler read %q, want [%q]", seen, `{"amount":100}`)
+			}
+			// The same key with another body is another request.
+			if got, want := send(`{"amount":999}`), http.StatusUnprocessableEntity; got != want {
+				t.Errorf("same key, other body: status = %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// A declared Content-Length is the client's word: under a large
+// MaxRequestBody, a request that declares 256 MiB and sends 2 bytes must
+// not make the server reserve 256 MiB (a few such requests, or one that
+// declares more, exhaust its memory).
+func TestHandlerDeclaredLengthNotReservedAhead(t *testing.T) {
+	h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}), HandlerOptions{MaxRequestBody: 1 << 30})
+	r := httptest.NewRequest("POST", "/charges", nil)
+	r.Body, r.ContentLength = io.NopCloser(strings.NewReader("{}")), 256<<20
+	r.Header.Set("Idempotency-Key", "k")
+	w := httptest.NewRecorder()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	h.ServeHTTP(w, r)
+	runtime.ReadMemStats(&after)
+	if got, want := w.Code, http.StatusBadRequest; got != want {
+		t.Errorf("status = %d, want %d (body shorter than its Content-Length)", got, want)
+	}
+	if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(64<<20); got > limit {
+		t.Errorf("allocated %d bytes for a 2-byte body, want at most %d", got, limit)
+	}
+}
+
+// HandlerOptions.RetryAfter is sent in whole seconds, rounded up; a huge
+// one must stay a huge wait, never wrap around into a negative (invalid)
+// Retry-After that clients ignore.
+func TestHandlerRetryAfterOption(t *testing.T) {
+	tests := []struct {
+		retryAfter time.Duration
+		want       string
+	}{
+		{0, "1"},
+		{time.Nanosecond, "1"},
+		{1500 * time.Millisecond, "2"},
+		{math.MaxInt64, strconv.FormatInt(int64(math.MaxInt64/time.Second)+1, 10)},
+		{math.MaxInt64 - time.Second + 2, strconv.FormatInt(int64(math.MaxInt64/time.Second), 10)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.retryAfter.String(), func(t *testing.T) {
+			s := &failingStore{Store: NewMemoryStore(MemoryStoreOptions{}), fail: "Begin"}
+			h := Handler(&charges{}, HandlerOptions{Store: s, RetryAfter: tt.retryAfter})
+			w := serve(h, keyed("k", "x"))
+			if got, want := w.Code, http.StatusServiceUnavailable; got != want {
+				t.Fatalf("status = %d, want %d", got, want)
+			}
+			if got := w.Header().Get("Retry-After"); got != tt.want {
+				t.Errorf("Retry-After = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

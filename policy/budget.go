@@ -35,7 +35,8 @@ const (
 // its breaker and its quota; a Budget set in Retry.Budget keeps its own.
 type Budget struct {
 	// Ratio is how many retries each operation earns: 0.2 allows one
-	// retry for every five operations. Zero means [DefaultBudgetRatio].
+	// retry for every five operations. Zero means [DefaultBudgetRatio];
+	// a negative or NaN Ratio earns no retry beyond MinRetries.
 	Ratio float64
 	// MinRetries are allowed per Window whatever the traffic, so that a
 	// quiet client can still retry. Zero means [DefaultBudgetMinRetries].
@@ -64,8 +65,14 @@ func (b *Budget) Allows(ops, retries int) bool {
 		floor = DefaultBudgetMinRetries
 	}
 	// In float64: a huge Ratio or MinRetries must not overflow into a
-	// negative allowance.
-	return float64(retries) < float64(floor)+math.Trunc(ratio*float64(ops))
+	// negative allowance. What operations earn is never below zero, so no
+	// Ratio takes MinRetries away: not a negative or NaN one, nor +Inf
+	// times no operation (NaN).
+	earned := ratio * float64(ops)
+	if !(earned > 0) {
+		earned = 0
+	}
+	return float64(retries) < float64(floor)+math.Trunc(earned)
 }
 
 // BucketWidth returns the width of the buckets that a host's traffic is

@@ -214,3 +214,40 @@ func TestBudgetAllows(t *testing.T) {
 		t.Errorf("Hosts() of an unused budget = %d, want 0", got)
 	}
 }
+
+// MinRetries "are allowed per Window whatever the traffic": no Ratio, however
+// odd (+Inf when the operations have left the window, NaN, negative), may
+// take the floor away.
+func TestBudgetOddRatioKeepsFloor(t *testing.T) {
+	tests := []struct {
+		name         string
+		b            *Budget
+		ops, retries int
+		want         bool
+	}{
+		{"Ratio +Inf, no operation in the window", &Budget{Ratio: math.Inf(1), MinRetries: 1}, 0, 0, true},
+		{"Ratio NaN", &Budget{Ratio: math.NaN(), MinRetries: 1}, 100, 0, true},
+		{"Ratio -1", &Budget{Ratio: -1, MinRetries: 1}, 100, 0, true},
+		{"Ratio -Inf", &Budget{Ratio: math.Inf(-1)}, 5, 9, true},
+		{"Ratio -1 over the floor", &Budget{Ratio: -1, MinRetries: 1}, 100, 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.b.Allows(tt.ops, tt.retries); got != tt.want {
+				t.Errorf("Allows(%d, %d) = %v, want %v", tt.ops, tt.retries, got, tt.want)
+			}
+		})
+	}
+}
+
+// An operation whose first attempt outlasts the Window (a slow host, a
+// long AttemptTimeout) has left the window when it asks for its retry: a
+// budget with Ratio +Inf ("retry freely") must still allow it.
+func TestBudgetInfRatioRetryAfterOperationLeftWindow(t *testing.T) {
+	b := &Budget{Ratio: math.Inf(1), MinRetries: 1, Window: 10 * time.Second}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b.Request("h", now)
+	if got, want := b.Retry("h", now.Add(15*time.Second)), true; got != want {
+		t.Errorf("Retry 15s after the operation began = %v, want %v", got, want)
+	}
+}
