@@ -146,7 +146,9 @@ type Options struct {
 	Breakers *Breakers
 
 	// RateLimit configures how server quotas are honoured (see
-	// [ratelimit.Options] for the defaults).
+	// [ratelimit.Options] for the defaults). Its MaxHosts bounds the one
+	// table that holds every layer's per-host state (quotas, breakers,
+	// budgets); zero means 10,000 hosts here.
 	RateLimit ratelimit.Options
 
 	// Idempotency configures the idempotency keys: list in
@@ -256,7 +258,7 @@ func New(o Options) http.RoundTripper {
 	}
 	on := func(l Layer) bool { return o.Disable&l == 0 }
 	h := o.Hooks
-	reg := hosts.New(hosts.Options{}) // every layer's per-host state
+	reg := hosts.New(hosts.Options{MaxHosts: o.RateLimit.MaxHosts}) // every layer's per-host state
 
 	var mws []Middleware
 	if on(LayerIdempotencyKey) {

@@ -582,3 +582,42 @@ func TestNewDefaultBaseBoundsHeaders(t *testing.T) {
 		t.Errorf("body = %q, want ok", got)
 	}
 }
+
+// New keeps every layer's per-host state in one table, bounded by
+// RateLimit.MaxHosts as the Tracker's own would be: with room for two
+// hosts, both paused by a 429 (nothing of theirs can go), a third host is
+// not tracked, and its next request is sent rather than held.
+func TestNewHonoursRateLimitMaxHosts(t *testing.T) {
+	tests := []struct {
+		maxHosts int
+		want     int // requests the third host gets
+	}{
+		{0, 1}, // 10,000 hosts: the third is paused too, and refused at once
+		{2, 2},
+	}
+	for _, tt := range tests {
+		t.Run(strconv.Itoa(tt.maxHosts), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				sent := map[string]int{}
+				base := Func(func(r *http.Request) (*http.Response, error) {
+					mu.Lock()
+					sent[r.URL.Host]++
+					mu.Unlock()
+					return &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"30"}}, Body: http.NoBody, Request: r}, nil
+				})
+				c := &http.Client{Transport: New(Options{Base: base, Timeout: time.Second, RateLimit: ratelimit.Options{MaxHosts: tt.maxHosts}})}
+				for _, u := range []string{"http://a.test/", "http://b.test/", "http://c.test/", "http://c.test/"} {
+					if resp, err := c.Get(u); err == nil {
+						resp.Body.Close()
+					}
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if got := sent["c.test"]; got != tt.want {
+					t.Errorf("c.test got %d requests, want %d", got, tt.want)
+				}
+			})
+		})
+	}
+}
