@@ -107,14 +107,27 @@ func (t *HandlerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		head:      req.Method == http.MethodHead,
 		committed: make(chan struct{}),
 	}
+	var sent <-chan struct{} // closed when the body could not be sent as written
+	if wb, ok := sreq.Body.(*wireBody); ok {
+		sent = wb.bad
+	}
 	go w.serve(t.h, sreq, req.Body, cancel)
 	select {
 	case <-w.committed:
+		if err := sendError(sreq); err != nil {
+			// The client found its body wrong as it sent it, before the
+			// answer: it drops the connection and reports that.
+			p.Close()
+			return nil, err
+		}
 		if w.err != nil {
 			p.stop()
 			return nil, w.err
 		}
 		return w.resp, nil
+	case <-sent:
+		p.Close() // the connection is dropped: the handler's context ends
+		return nil, sendError(sreq)
 	case <-ctx.Done():
 		// The handler sees hctx end; its writes fail through the pipe.
 		return nil, ctx.Err()
@@ -137,6 +150,9 @@ func serverRequest(req *http.Request, ctx context.Context) (*http.Request, error
 	s.RemoteAddr = "client:1"
 	s.GetBody = nil
 	s.Close = false
+	if s.ContentLength > 0 && s.Body == nil {
+		return nil, fmt.Errorf("http: Request.ContentLength=%d with nil Body", s.ContentLength)
+	}
 	switch {
 	case s.Body == nil || s.Body == http.NoBody:
 		s.Body = http.NoBody
@@ -147,10 +163,118 @@ func serverRequest(req *http.Request, ctx context.Context) (*http.Request, error
 		s.ContentLength = -1
 		s.TransferEncoding = []string{"chunked"}
 	}
+	if s.Body != http.NoBody {
+		s.Body = &wireBody{body: s.Body, declared: s.ContentLength, bad: make(chan struct{})}
+	}
 	if s.Header == nil {
 		s.Header = make(http.Header)
 	}
+	canonicalize(s.Header)
 	return s, nil
+}
+
+// canonicalize renames h's keys as a reader of the wire does: whatever
+// case one end wrote a field name in, the other end sees it canonical.
+func canonicalize(h http.Header) {
+	for k, vs := range h {
+		if ck := http.CanonicalHeaderKey(k); ck != k {
+			delete(h, k)
+			h[ck] = append(h[ck], vs...)
+		}
+	}
+}
+
+// sendError is why the client could not send sreq's body as written, or
+// nil.
+func sendError(sreq *http.Request) error {
+	if wb, ok := sreq.Body.(*wireBody); ok {
+		return wb.failed()
+	}
+	return nil
+}
+
+// wireBody is the request body as the server reads it off the wire: at
+// most its declared length. A body that turns out shorter or longer than
+// its ContentLength, or whose reader fails, cannot be sent as written: as
+// with http.Transport, the client's RoundTrip fails ("http:
+// ContentLength=N with Body length M", or the reader's error) and the
+// server sees the body end early. Only the handler's goroutine reads it.
+type wireBody struct {
+	body     io.ReadCloser // the client's body; closed by serve
+	declared int64         // ContentLength, or -1 when sent chunked
+	read     int64
+	closed   bool
+	done     error // what Read returns once the body ended
+
+	mu   sync.Mutex
+	err  error // why the client could not send the body
+	bad  chan struct{}
+	once sync.Once
+}
+
+func (b *wireBody) fail(err error) {
+	b.once.Do(func() {
+		b.mu.Lock()
+		b.err = err
+		b.mu.Unlock()
+		close(b.bad)
+	})
+}
+
+func (b *wireBody) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+func (b *wireBody) Read(p []byte) (int, error) {
+	if b.closed {
+		return 0, errors.New("http: invalid Read on closed Body")
+	}
+	if b.done != nil {
+		return 0, b.done
+	}
+	if b.declared >= 0 && int64(len(p)) > b.declared-b.read {
+		p = p[:b.declared-b.read]
+	}
+	n, err := 0, error(nil)
+	if len(p) > 0 {
+		n, err = b.body.Read(p)
+		b.read += int64(n)
+	}
+	switch {
+	case err != nil && err != io.EOF:
+		b.fail(err)
+		b.done = io.ErrUnexpectedEOF
+	case b.declared < 0:
+		b.done = err
+	case b.read < b.declared && err == io.EOF:
+		b.fail(fmt.Errorf("http: ContentLength=%d with Body length %d", b.declared, b.read))
+		b.done = io.ErrUnexpectedEOF
+	case b.read == b.declared:
+		if err != io.EOF {
+			// The client checks for bytes beyond the declared length.
+			extra, rerr := io.Copy(io.Discard, b.body)
+			switch {
+			case rerr != nil:
+				b.fail(rerr)
+			case extra > 0:
+				b.fail(fmt.Errorf("http: ContentLength=%d with Body length %d", b.declared, b.declared+extra))
+			}
+		}
+		b.done = io.EOF
+	}
+	if n > 0 {
+		return n, nil
+	}
+	return 0, b.done
+}
+
+// Close closes the body for the handler; the client's body is closed when
+// the handler returns.
+func (b *wireBody) Close() error {
+	b.closed = true
+	return nil
 }
 
 func closeReqBody(req *http.Request) {
@@ -197,6 +321,7 @@ func (w *handlerWriter) WriteHeader(code int) {
 	w.wroteHeader = true
 	w.status = code
 	w.snapshot = w.header.Clone()
+	canonicalize(w.snapshot)
 	w.noBody = code == http.StatusNoContent || code == http.StatusNotModified || code < 200
 	if cl := w.snapshot.Get("Content-Length"); cl != "" {
 		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
@@ -259,6 +384,11 @@ func (w *handlerWriter) commit(finished bool) {
 		cl = 0
 	case cl < 0 && finished && !w.head:
 		cl = int64(len(w.buf))
+		h.Set("Content-Length", strconv.FormatInt(cl, 10))
+	case cl < 0 && finished && w.written > 0 && w.written <= bufferBeforeCommit:
+		// A HEAD whose handler wrote a short body and returned is
+		// answered with the length the GET would have, as http.Server does.
+		cl = w.written
 		h.Set("Content-Length", strconv.FormatInt(cl, 10))
 	}
 	text := http.StatusText(w.status)

@@ -72,8 +72,8 @@ func TestHandlerTransportResponseShape(t *testing.T) {
 		{"no write", "GET", func(w http.ResponseWriter, r *http.Request) {}, "200 OK", 0, "", "", nil},
 		{"unknown status", "GET", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(599) },
 			"599 status code 599", 0, "", "", nil},
-		{"head has no body", "HEAD", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hidden") },
-			"200 OK", -1, "", "", nil},
+		{"head has no body but the length of one", "HEAD", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hidden") },
+			"200 OK", 6, "", "", nil},
 		{"no content refuses a body", "GET", func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(204)
 			_, err := io.WriteString(w, "x")

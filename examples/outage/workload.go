@@ -94,6 +94,10 @@ func (c config) validate() error {
 		return errors.New("outage: -run, -deadline, -think and -backoff must be positive")
 	case c.OutageStart < 0 || c.Outage <= 0 || c.outageEnd() > c.Run:
 		return errors.New("outage: the outage must fit inside the run (-outage-start + -outage <= -run)")
+	case c.OutageStart%bucket != 0 || c.Outage%bucket != 0:
+		// The server counts requests in buckets of this width: an edge
+		// inside one would count the requests around it on the wrong side.
+		return fmt.Errorf("outage: -outage-start and -outage must be whole multiples of %v", bucket)
 	case c.Cooldown < 0:
 		return errors.New("outage: -cooldown must not be negative")
 	}
