@@ -91,7 +91,14 @@ func (b BreakerStore) Publish(key string, s transport.SharedBreakerState) {
 		// The TTLs count from now, when the change is sent (perhaps
 		// again, after Redis was down), not from the Publish.
 		ttl, hold := breakerTTL, "0"
-		if d := time.Until(s.Until); s.State == transport.BreakerOpen && d > 0 {
+		if s.State == transport.BreakerOpen {
+			d := time.Until(s.Until)
+			if d <= 0 {
+				// The opening ended before it could be sent: it says
+				// nothing now, and sending it would free a probe claim
+				// won since (and hide a closing published since).
+				return false
+			}
 			ttl += d
 			hold = millis(d)
 		}

@@ -347,3 +347,30 @@ func TestFleetCallerDeadlineDoesNotMarkRedisDown(t *testing.T) {
 			status, err, srv.requests.Load()-before)
 	}
 }
+
+// An opening whose open period ended while Redis was gone says nothing
+// any more: sent when Redis is back, it must not free the probe claim
+// that another process has won since, or a third process wins it too and
+// two probes go to the half-open host at once.
+func TestBreakerStoreEndedOpeningKeepsAnotherClaim(t *testing.T) {
+	srv := redisproc.StartT(t)
+	f1 := newFleet(t, srv, fleet.Options{RefreshInterval: time.Second, Timeout: 50 * time.Millisecond})
+
+	srv.Kill()
+	f1.Breakers().Publish(host, transport.SharedBreakerState{State: transport.BreakerOpen, Until: time.Now().Add(200 * time.Millisecond)})
+	time.Sleep(400 * time.Millisecond) // the open period is over; f1 still holds the opening, to send at its next tick
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	f2 := newFleet(t, srv, fleet.Options{})
+	if won, err := f2.Breakers().ClaimProbe(context.Background(), host, time.Minute); !won || err != nil {
+		t.Fatalf("f2's claim = %v, %v; want won", won, err)
+	}
+	nextRefresh(t, f1) // f1 has sent what it held
+
+	f3 := newFleet(t, srv, fleet.Options{})
+	won, err := f3.Breakers().ClaimProbe(context.Background(), host, time.Minute)
+	if got, want := won, false; got != want || err != nil {
+		t.Errorf("f3's claim while f2's probe is out = %v, %v; want %v, nil", got, err, want)
+	}
+}

@@ -475,6 +475,12 @@ func (q *quotaState) update(r Quota, now time.Time) {
 		// The server has moved to another window.
 		q.reset, q.remaining = r.Reset, r.Remaining
 		q.gen++
+	case !r.Reset.IsZero() && q.reset.Sub(r.Reset) > sameWindow:
+		// The server's window ends sooner than the state reckoned (a
+		// reset rolled forward a Window from the last one): its reset
+		// is the one to wait for.
+		q.reset = r.Reset
+		q.remaining = minKnown(q.remaining, r.Remaining)
 	default:
 		// The same window: what the server saw and what has gone since.
 		q.remaining = minKnown(q.remaining, r.Remaining)

@@ -862,3 +862,24 @@ func TestTrackerNoNewsWaitBeforeRefusal(t *testing.T) {
 		}
 	})
 }
+
+func TestTrackerNewsAfterResetKeepsServersReset(t *testing.T) {
+	// A quota of 100 a minute (its window announced), spent until +1s. No
+	// request comes until +2s, when a response says the quota is spent
+	// again, until +7s (a server whose windows do not line up with the
+	// first reset plus a minute, such as one whose reset is when room
+	// frees up). The server's reset is the one to wait for: the next
+	// request goes at +7s, not a minute after the first reset.
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		r := newReq(t, nil, "https://api.example.com/x")
+		policy := `"default";q=100;w=60`
+		tr.Observe(r, hdr("RateLimit-Policy", policy, "RateLimit", `"default";r=0;t=1`))
+		time.Sleep(2 * time.Second)
+		tr.Observe(r, hdr("RateLimit-Policy", policy, "RateLimit", `"default";r=0;t=5`))
+		took, err := timedWait(tr, r)
+		if got, want := took, 5*time.Second; err != nil || got != want {
+			t.Errorf("Wait = %v after %v, want nil after %v (the server's reset)", err, got, want)
+		}
+	})
+}
