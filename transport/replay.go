@@ -21,6 +21,10 @@ type replay struct {
 	// replay uses: the body is kept as it is sent there, and is whole,
 	// or turns out too long, only as that tee says.
 	upstream *tee
+	// noGetBody: the requests made here carry no GetBody, so that
+	// net/http never sends their body again by itself (Retry's attempts
+	// of a request that is not safe to send twice).
+	noGetBody bool
 }
 
 // newReplay prepares req's body for replay. Nothing is read ahead: a body
@@ -103,7 +107,9 @@ func (b *replay) finish() {
 func (b *replay) firstRequest(req *http.Request) *http.Request {
 	r := *req
 	r.Body = b.first
-	r.GetBody = b.get
+	if !b.noGetBody {
+		r.GetBody = b.get
+	}
 	return &r
 }
 
@@ -119,7 +125,9 @@ func (b *replay) request(req *http.Request, n int) (*http.Request, error) {
 		return nil, err
 	}
 	r.Body = body
-	r.GetBody = b.get
+	if !b.noGetBody {
+		r.GetBody = b.get
+	}
 	return r, nil
 }
 

@@ -34,7 +34,11 @@ const drainLimit = 256 << 10
 // fails in any other way (a 500, a reset, an attempt timeout) is sent
 // once and its outcome handed back as it is. To learn whether a
 // connection was made, Retry watches such requests with
-// [net/http/httptrace].
+// [net/http/httptrace]. Their attempts carry no GetBody, so that
+// net/http cannot send the body again by itself either (its HTTP/2
+// client does after a RST_STREAM with PROTOCOL_ERROR, which does not
+// prove that the server skipped the request; without GetBody a
+// REFUSED_STREAM, which does, is handed back as an error too).
 //
 // A request that cannot be sent as written is the caller's error
 // ([policy.IsCallerError]): it is returned at once and never retried.
@@ -213,6 +217,9 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if c.budget != nil { // an operation still, and a Hedge beneath may share the budget
 			c.budget.request(req.URL, startOf(req.Context()))
 		}
+		if r.GetBody != nil && !policy.SafeToResend(req, c.keyHeader) {
+			r = withoutGetBody(r, r != req)
+		}
 		return t.next.RoundTrip(r)
 	}
 	ctx := req.Context()
@@ -227,9 +234,16 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		base  = req
 		watch *connWatch
 	)
-	if !safe && c.attempts > 1 {
-		watch = newConnWatch()
-		base = req.WithContext(httptrace.WithClientTrace(ctx, &watch.trace))
+	if !safe {
+		if c.attempts > 1 {
+			watch = newConnWatch()
+			base = req.WithContext(httptrace.WithClientTrace(ctx, &watch.trace))
+		}
+		// Every attempt goes without GetBody: see withoutGetBody.
+		if base.GetBody != nil {
+			base = withoutGetBody(base, base != req)
+		}
+		body.noGetBody = true
 	}
 
 	var (
@@ -345,6 +359,26 @@ func (t *retrier) giveUp(req *http.Request, attempts int, resp *http.Response, e
 		return nil, &RetryError{Attempts: attempts, Reason: step.Reason, Err: err, Refusal: step.Refusal}
 	}
 	return resp, nil
+}
+
+// withoutGetBody returns r without GetBody (r itself when own, else a
+// copy): what every attempt of a request that is not
+// [policy.SafeToResend] is sent as.
+// net/http sends a request's body again by itself whenever it has
+// GetBody and its HTTP/2 transport retries the stream: after a
+// RST_STREAM(PROTOCOL_ERROR), which does not say that the server did not
+// act, it does so on a new connection again and again until the context
+// ends. Without GetBody it sends such a body once; a request it has not
+// begun to send (a connection found unusable) it still sends elsewhere,
+// and Retry sends the body again when the outcome proves the server did
+// not act.
+func withoutGetBody(r *http.Request, own bool) *http.Request {
+	if !own {
+		c := *r
+		r = &c
+	}
+	r.GetBody = nil
+	return r
 }
 
 // closeBody closes r's body, as a RoundTripper must even when it sends

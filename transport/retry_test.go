@@ -594,10 +594,27 @@ func TestRetryReusesConnections(t *testing.T) {
 
 func TestRetryConcurrent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		// Each operation fails as its own body says, not as the order in
+		// which the goroutines' attempts happen to arrive: an n-byte body
+		// is refused (503) on its first n%3 attempts, then echoed. A
+		// count shared by all operations ("every third call fails") would
+		// let one operation meet every failure, up to MaxAttempts, as
+		// the scheduler orders the goroutines.
 		var calls atomic.Int64
+		var mu sync.Mutex
+		attempts := map[string]int{} // by idempotency key: one per operation
 		env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(r.Body)
-			if calls.Add(1)%3 == 0 {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Errorf("server reading the body: %v", err)
+			}
+			calls.Add(1)
+			key := r.Header.Get("Idempotency-Key")
+			mu.Lock()
+			attempts[key]++
+			n := attempts[key]
+			mu.Unlock()
+			if key == "" || n <= len(body)%3 {
 				w.WriteHeader(503)
 				return
 			}
@@ -618,15 +635,20 @@ func TestRetryConcurrent(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					b, _ := io.ReadAll(resp.Body)
+					b, err := io.ReadAll(resp.Body)
 					resp.Body.Close()
-					if string(b) != want {
-						t.Errorf("body = %q, want %q", b, want)
+					if resp.StatusCode != 200 || err != nil || string(b) != want {
+						t.Errorf("status %d, body = %q (read error %v), want 200 %q", resp.StatusCode, b, err, want)
 					}
 				}
 			})
 		}
 		wg.Wait()
+		// Bodies of 1 to 20 bytes: 7 are refused once, 7 twice, 6 never,
+		// so each goroutine's 20 operations take 20+7+14 attempts.
+		if got, want := calls.Load(), int64(32*41); got != want {
+			t.Errorf("server got %d attempts, want %d", got, want)
+		}
 	})
 }
 
