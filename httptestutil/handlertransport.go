@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -203,8 +204,8 @@ type wireBody struct {
 	body     io.ReadCloser // the client's body; closed by serve
 	declared int64         // ContentLength, or -1 when sent chunked
 	read     int64
-	closed   bool
-	done     error // what Read returns once the body ended
+	closed   atomic.Bool // Close may come from any goroutine, as a server's body allows
+	done     error       // what Read returns once the body ended
 
 	mu   sync.Mutex
 	err  error // why the client could not send the body
@@ -228,7 +229,7 @@ func (b *wireBody) failed() error {
 }
 
 func (b *wireBody) Read(p []byte) (int, error) {
-	if b.closed {
+	if b.closed.Load() {
 		return 0, errors.New("http: invalid Read on closed Body")
 	}
 	if b.done != nil {
@@ -273,7 +274,7 @@ func (b *wireBody) Read(p []byte) (int, error) {
 // Close closes the body for the handler; the client's body is closed when
 // the handler returns.
 func (b *wireBody) Close() error {
-	b.closed = true
+	b.closed.Store(true)
 	return nil
 }
 

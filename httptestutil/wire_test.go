@@ -122,3 +122,30 @@ func TestHeadGetsContentLength(t *testing.T) {
 		}
 	})
 }
+
+// A server's request body may be closed by one goroutine while another
+// reads it (a handler that stops a read by closing the body, as
+// net/http's server allows: its body locks both): the handler transport's
+// body must be as safe, or a user's test fails under -race where the
+// server does not.
+func TestRequestBodyCloseWhileReading(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			io.Copy(io.Discard, r.Body)
+		}()
+		r.Body.Close()
+		<-done
+	})
+	c := &http.Client{Transport: NewHandlerTransport(h)}
+	req, _ := http.NewRequest("POST", "http://svc/", io.MultiReader(strings.NewReader("abcdef")))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("got error %v, want a response", err)
+	}
+	resp.Body.Close()
+	if got, want := resp.StatusCode, 200; got != want {
+		t.Errorf("got status %d, want %d", got, want)
+	}
+}

@@ -35,10 +35,13 @@ const drainLimit = 256 << 10
 // once and its outcome handed back as it is. To learn whether a
 // connection was made, Retry watches such requests with
 // [net/http/httptrace]. Their attempts carry no GetBody, so that
-// net/http cannot send the body again by itself either (its HTTP/2
+// net/http cannot send the body again by itself either: its HTTP/2
 // client does after a RST_STREAM with PROTOCOL_ERROR, which does not
-// prove that the server skipped the request; without GetBody a
-// REFUSED_STREAM, which does, is handed back as an error too).
+// prove that the server skipped the request. The cost is net/http's
+// safe replays of them: a stream refused (REFUSED_STREAM) or above a
+// graceful GOAWAY's last stream, or an HTTP/1 write on a reused
+// connection that failed before its first byte, is handed back as an
+// error, since net/http tells these apart only in its error text.
 //
 // A request that cannot be sent as written is the caller's error
 // ([policy.IsCallerError]): it is returned at once and never retried.
