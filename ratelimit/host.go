@@ -52,7 +52,11 @@ type quotaState struct {
 	// sentSinceRoll counts the requests let through since.
 	awaiting      bool
 	sentSinceRoll int
-	used          int64
+	// guessed is set when reset was rolled forward a window from the
+	// last one, not read from a server: a server's sooner reset then
+	// replaces it.
+	guessed bool
+	used    int64
 }
 
 // named reports whether the quota names its resource (GitHub's
@@ -435,6 +439,7 @@ func (q *quotaState) roll(now time.Time) {
 	if q.window > 0 {
 		n := now.Sub(q.reset)/q.window + 1
 		q.reset = q.reset.Add(n * q.window)
+		q.guessed = true
 		return
 	}
 	q.reset = time.Time{}
@@ -475,10 +480,11 @@ func (q *quotaState) update(r Quota, now time.Time) {
 		// The server has moved to another window.
 		q.reset, q.remaining = r.Reset, r.Remaining
 		q.gen++
-	case !r.Reset.IsZero() && q.reset.Sub(r.Reset) > sameWindow:
-		// The server's window ends sooner than the state reckoned (a
-		// reset rolled forward a Window from the last one): its reset
-		// is the one to wait for.
+	case q.guessed && !r.Reset.IsZero() && q.reset.Sub(r.Reset) > sameWindow:
+		// The server's window ends sooner than the state reckoned when
+		// it rolled the reset forward a Window: the server's reset is
+		// the one to wait for. (A server's own sooner reset is a
+		// response that left before the last one, and changes nothing.)
 		q.reset = r.Reset
 		q.remaining = minKnown(q.remaining, r.Remaining)
 	default:
@@ -487,6 +493,9 @@ func (q *quotaState) update(r Quota, now time.Time) {
 		if r.Reset.After(q.reset) {
 			q.reset = r.Reset
 		}
+	}
+	if !r.Reset.IsZero() {
+		q.guessed = false // the state's reset is a server's word now
 	}
 }
 

@@ -883,3 +883,22 @@ func TestTrackerNewsAfterResetKeepsServersReset(t *testing.T) {
 		}
 	})
 }
+
+func TestTrackerEarlierResponseKeepsLaterReset(t *testing.T) {
+	// Two responses of one window, the one that left the server first
+	// read last (concurrent requests): it says the quota is spent until
+	// +5s, where the newer said +10s. The newer word stands: a sooner
+	// reset replaces only one the state guessed by rolling a window
+	// forward, else the quota refills early and a burst meets 429s.
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		r := newReq(t, nil, "https://api.example.com/x")
+		policy := `"default";q=100;w=60`
+		tr.Observe(r, hdr("RateLimit-Policy", policy, "RateLimit", `"default";r=0;t=10`))
+		tr.Observe(r, hdr("RateLimit-Policy", policy, "RateLimit", `"default";r=0;t=5`))
+		took, err := timedWait(tr, r)
+		if got, want := took, 10*time.Second; err != nil || got != want {
+			t.Errorf("Wait = %v after %v, want nil after %v (the later reset)", err, got, want)
+		}
+	})
+}
