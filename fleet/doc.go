@@ -54,6 +54,9 @@
 //	                                      tok (lock token, while in flight), resp (the stored
 //	                                      response, once completed); expires after the lock
 //	                                      TTL, then after the response TTL
+//	<prefix>:idem:{<key>}:gone:<token>
+//	                              string  a Begin that got no answer: the lock it may yet
+//	                                      take is not taken; expires after the lock TTL
 //
 // <host> is the host's key as the breakers and the Tracker name it,
 // "https://api.example.com" by default; <resource> is the quota's resource

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -46,15 +47,21 @@ type IdempotencyOptions struct {
 // IdempotencyStore is an [idempotency.Store] on Redis, for
 // [idempotency.Handler]s on many servers that must run each keyed request
 // once between them. Each method is one Lua script, so one round trip,
-// on one key:
+// on the keys of one hash tag:
 //
-//	<prefix>:idem:{<key>}   hash: fp, tok (while in flight), resp (once completed)
+//	<prefix>:idem:{<key>}               hash: fp, tok (while in flight), resp (once completed)
+//	<prefix>:idem:{<key>}:gone:<token>  string: a Begin that got no answer, for the lock TTL
 //
 // The key expires after the lock TTL while in flight, after the response
 // TTL once completed. A lock carries a random token, and Complete and
 // Release act only while the key still holds the caller's token, so a
 // handler slower than the lock TTL cannot overwrite the response of the
-// request that took the key after it.
+// request that took the key after it. A Begin that gets no answer in time
+// (the handler answers 503) may still run when Redis gets to it: the store
+// then deletes the lock it takes, or marks its token gone so that it takes
+// none, retrying every Timeout until Redis answers, for at most the lock
+// TTL (64 such Begins at a time; the lock of one past them, if taken,
+// lasts its TTL).
 //
 // Memory is bounded per response by MaxStoredBytes and overall by Redis's
 // maxmemory. Use maxmemory-policy noeviction (or volatile-lru with room to
@@ -68,12 +75,20 @@ type IdempotencyStore struct {
 	prefix   string
 	maxBytes int
 	timeout  time.Duration
+	// abandoning bounds the goroutines that undo unanswered Begins, so
+	// that a long stall of Redis under load does not pile them up.
+	abandoning chan struct{}
 }
+
+// maxAbandoning is how many unanswered Begins a store undoes at once;
+// past it, a Begin's lock, if it is taken late, lasts its TTL.
+const maxAbandoning = 64
 
 // NewIdempotencyStore returns a store that keeps its keys in the Redis
 // that client talks to. The client stays the caller's to close.
 func NewIdempotencyStore(client rueidis.Client, o IdempotencyOptions) *IdempotencyStore {
-	s := &IdempotencyStore{client: client, prefix: o.Prefix, maxBytes: o.MaxStoredBytes, timeout: o.Timeout}
+	s := &IdempotencyStore{client: client, prefix: o.Prefix, maxBytes: o.MaxStoredBytes, timeout: o.Timeout,
+		abandoning: make(chan struct{}, maxAbandoning)}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -89,9 +104,11 @@ func NewIdempotencyStore(client rueidis.Client, o IdempotencyOptions) *Idempoten
 var _ idempotency.Store = (*IdempotencyStore)(nil)
 
 // The scripts answer with a status letter: a(cquired), i(n flight),
-// c(ompleted), l(ost), d(one), x (malformed: a hash fleet did not write).
+// c(ompleted), l(ost), d(one), x (malformed: a hash fleet did not write),
+// g(one: the Begin was abandoned, and no one awaits its answer).
 var (
 	idemBegin = rueidis.NewLuaScript(`
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'g'} end
 local v = redis.call('HMGET', KEYS[1], 'fp', 'tok', 'resp')
 if v[1] then
   if v[3] then return {'c', v[1], v[3]} end
@@ -116,10 +133,26 @@ local v = redis.call('HMGET', KEYS[1], 'tok', 'resp')
 if v[1] ~= ARGV[1] or v[2] then return 'l' end
 redis.call('DEL', KEYS[1])
 return 'd'`)
+
+	// idemAbandon undoes a Begin whose answer did not come: it deletes
+	// the lock if the Begin took it, and otherwise marks its token gone,
+	// so that the Begin, should it run later, takes nothing.
+	idemAbandon = rueidis.NewLuaScript(`
+if redis.call('HGET', KEYS[1], 'tok') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+end
+return 'd'`)
 )
 
 func (s *IdempotencyStore) redisKey(key string) string {
 	return s.prefix + ":idem:{" + key + "}"
+}
+
+// goneKey is the key that marks the Begin sent with token as abandoned.
+func (s *IdempotencyStore) goneKey(key, token string) string {
+	return s.redisKey(key) + ":gone:" + token
 }
 
 // Begin implements [idempotency.Store].
@@ -128,14 +161,21 @@ func (s *IdempotencyStore) Begin(ctx context.Context, key, fingerprint string, l
 	defer cancel()
 	token := rand.Text()
 	rk := s.redisKey(key)
-	vals, err := idemBegin.Exec(ctx, s.client, []string{rk}, []string{fingerprint, token, millis(lockTTL)}).ToArray()
+	vals, err := idemBegin.Exec(ctx, s.client, []string{rk, s.goneKey(key, token)}, []string{fingerprint, token, millis(lockTTL)}).ToArray()
 	if err != nil {
 		// The script may run yet: sent, and answered too late. The lock
 		// it would take holds this token, which no one else knows, until
-		// lockTTL: release it, in a command sent behind it (which says
-		// the lock was lost, and changes nothing, if the script never
-		// runs).
-		go s.Release(context.WithoutCancel(ctx), key, token)
+		// lockTTL: undo it.
+		if _, answered := rueidis.IsRedisErr(err); !answered && !noRedis(err) {
+			select {
+			case s.abandoning <- struct{}{}:
+				go func() {
+					defer func() { <-s.abandoning }()
+					s.abandon(key, token, lockTTL)
+				}()
+			default: // maxAbandoning at work already
+			}
+		}
 		return idempotency.BeginResult{}, fmt.Errorf("fleet: idempotency begin %q: %w", rk, err)
 	}
 	st, _ := str(vals, 0)
@@ -159,6 +199,34 @@ func (s *IdempotencyStore) Begin(ctx context.Context, key, fingerprint string, l
 		}
 	}
 	return idempotency.BeginResult{}, fmt.Errorf("%w: %s is not an idempotency record", ErrMalformed, rk)
+}
+
+// abandon undoes the Begin sent with token, which got no answer: it may
+// have run, or may run yet when Redis gets to it (a stalled Redis runs what
+// it was sent when it resumes), maybe after a command sent later on
+// another connection. idemAbandon works in either order; it is sent until
+// Redis answers, every Timeout, for at most lockTTL, after which a lock
+// would have expired anyway.
+func (s *IdempotencyStore) abandon(key, token string, lockTTL time.Duration) {
+	keys := []string{s.redisKey(key), s.goneKey(key, token)}
+	args := []string{token, millis(lockTTL)}
+	end := time.Now().Add(lockTTL)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		err := idemAbandon.Exec(ctx, s.client, keys, args).Error()
+		cancel()
+		if _, answered := rueidis.IsRedisErr(err); err == nil || answered || noRedis(err) ||
+			errors.Is(err, rueidis.ErrClosing) || time.Now().Add(s.timeout).After(end) {
+			return
+		}
+		time.Sleep(s.timeout)
+	}
+}
+
+// noRedis reports whether err says that no Redis listens at the address:
+// what the one before was sent died with it.
+func noRedis(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
 }
 
 // Complete implements [idempotency.Store].

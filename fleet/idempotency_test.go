@@ -361,3 +361,48 @@ func TestIdempotencyBeginTimeoutLeavesNoLock(t *testing.T) {
 			key, pttl, codes, runs.Load())
 	}
 }
+
+// A Redis that stalls for longer than the store's timeout, twice over
+// (SIGSTOP here; a fork, a slow script or a partition in production), must
+// not leave behind the lock of a Begin that failed with 503. The Release
+// sent once to undo it never got through: rueidis closed the Begin's
+// connection at the timeout (or sent the Release on another of its
+// connections), and the Release was an EVALSHA of a script Redis did not
+// have, whose NOSCRIPT came back after its caller had given up. The Begin,
+// already in Redis's socket buffer, ran when Redis resumed and held the key
+// for the whole LockTTL (5 min): every retry got 409 "still being
+// processed", though nothing ran.
+func TestIdempotencyBeginTimeoutLongPauseLeavesNoLock(t *testing.T) {
+	redis := redisproc.StartT(t)
+	store := fleet.NewIdempotencyStore(newClient(t, redis), fleet.IdempotencyOptions{Timeout: 100 * time.Millisecond})
+	for i := range 64 { // open each of rueidis's pipelines, so that the Begin is sent
+		if _, err := store.Begin(context.Background(), fmt.Sprint("warm-", i), "fp", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newClient(t, redis)
+	var runs atomic.Int32
+	h := idempotency.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}), idempotency.HandlerOptions{Store: store, OnStoreError: func(*http.Request, error) {}})
+	post := func() int {
+		req := httptest.NewRequest("POST", "/charges", strings.NewReader(`{"amount":1}`))
+		req.Header.Set("Idempotency-Key", "order-1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	redis.Pause()
+	first := post()
+	time.Sleep(500 * time.Millisecond) // the Begin and its Release both time out
+	redis.Resume()
+	if first != http.StatusServiceUnavailable {
+		t.Fatalf("with Redis paused: %d, want 503", first)
+	}
+	time.Sleep(200 * time.Millisecond) // Redis runs what it was sent
+	pttl, _ := redisDo(t, c, "PTTL", "sturdy:idem:{order-1}").AsInt64()
+	if got, want := post(), http.StatusCreated; got != want {
+		t.Errorf("retry after Redis resumed: %d, want %d (handler ran %d times; the failed Begin left the key locked, PTTL %dms)", got, want, runs.Load(), pttl)
+	}
+}
