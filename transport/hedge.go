@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -112,7 +113,52 @@ func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
 // hedgeCopy is one copy of a hedged request.
 type hedgeCopy struct {
 	cancel context.CancelFunc
+	parent *detachable // the copy's context follows its end until detached
 	done   bool
+}
+
+// detachable is the parent of a copy's context: the request's context,
+// whose end the copy follows until detach is called. A losing copy is
+// detached before its response is drained in the background, so that
+// the end of the operation (the winner's body read or closed releases
+// the deadlines above, the parent of every copy) does not cut the drain
+// and close a connection that would have gone back to the pool. The
+// drain is bounded by discardWait.
+type detachable struct {
+	context.Context
+	mu       sync.Mutex
+	stop     func() bool // context.WithCancel asks once
+	detached bool
+}
+
+// neverDone is the Done of every detachable: context.WithCancel then
+// learns of the parent's end through AfterFunc, which detach stops.
+var neverDone = make(chan struct{})
+
+func (d *detachable) Done() <-chan struct{} { return neverDone }
+
+// AfterFunc calls f when the parent ends, unless d is detached first.
+func (d *detachable) AfterFunc(f func()) (stop func() bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.detached {
+		return func() bool { return false }
+	}
+	d.stop = context.AfterFunc(d.Context, f)
+	return d.stop
+}
+
+// detach stops following the parent's end.
+func (d *detachable) detach() {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.detached = true
+	if d.stop != nil {
+		d.stop()
+	}
 }
 
 // hedgeResult is what one copy ended with.
@@ -182,13 +228,19 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 	// send starts a copy of req with its own context, so that it can be
 	// canceled alone, and the given body.
 	send := func(b io.ReadCloser) {
-		cctx, cancel := context.WithCancel(ctx)
+		parent := (*detachable)(nil) // nil: ctx never ends, and nothing need be detached
+		pctx := ctx
+		if ctx.Done() != nil {
+			parent = &detachable{Context: ctx}
+			pctx = parent
+		}
+		cctx, cancel := context.WithCancel(pctx)
 		r := req.WithContext(cctx)
 		if !body.none {
 			r.Body, r.GetBody = b, body.get
 		}
 		i := len(copies)
-		copies = append(copies, hedgeCopy{cancel: cancel})
+		copies = append(copies, hedgeCopy{cancel: cancel, parent: parent})
 		go t.send(req, r, i, &answered, results)
 	}
 	if body.first != nil {
@@ -372,6 +424,7 @@ func (t *hedger) discard(copies []hedgeCopy, r hedgeResult) {
 		return
 	}
 	body := r.resp.Body
+	copies[r.i].parent.detach() // the operation's end must not cut the drain
 	go func() {
 		cut := time.AfterFunc(discardWait, cancel)
 		drain(body)

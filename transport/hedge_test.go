@@ -565,19 +565,24 @@ func BenchmarkHedgeFastPath(b *testing.B) {
 		resp, _ := adaptive.RoundTrip(warm)
 		resp.Body.Close()
 	}
+	fixed := Chain(memBase, Hedge(policy.Hedge{Delay: time.Second}))
 	stacks := []struct {
 		name string
 		rt   http.RoundTripper
+		ctx  context.Context // the caller's
 	}{
-		{"bare", memBase},
-		{"fixed", Chain(memBase, Hedge(policy.Hedge{Delay: time.Second}))},
-		{"adaptive", adaptive},
+		{"bare", memBase, context.Background()},
+		{"fixed", fixed, context.Background()},
+		{"adaptive", adaptive, context.Background()},
+		// A caller's context that can end (every request under New's
+		// Timeout has one): each copy's context can then be detached.
+		{"fixed-cancelable", fixed, b.Context()},
 	}
 	for _, s := range stacks {
 		b.Run(s.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				req, _ := http.NewRequest("GET", "http://api.test/v1/things", nil)
+				req, _ := http.NewRequestWithContext(s.ctx, "GET", "http://api.test/v1/things", nil)
 				for pb.Next() {
 					resp, err := s.rt.RoundTrip(req)
 					if err != nil {
