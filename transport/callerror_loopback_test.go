@@ -17,7 +17,9 @@ import (
 // content length", an error of no type, in place of the body's own
 // *policy.BodyError; the stack still returns an error that matches
 // policy.ErrInvalidRequest, makes one attempt, and counts nothing against
-// the host (a breaker that opens after 2 failures stays closed).
+// the host (a breaker that opens after 2 failures stays closed). Over
+// HTTP/1.1 the server may answer the declared bytes before net/http finds
+// the extra one; that answer is then the outcome, once.
 func TestBodyLongerThanContentLengthIsCallerErrorOverLoopback(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
@@ -51,11 +53,17 @@ func TestBodyLongerThanContentLengthIsCallerErrorOverLoopback(t *testing.T) {
 				for range 3 {
 					before := attempts.Load()
 					resp, err := c.Do(tc.make())
-					if err == nil {
+					switch {
+					case err == nil && p.major == 1:
+						// The server read the declared 5 bytes, a whole
+						// request, and may answer before net/http finds
+						// the sixth: its answer is then the outcome, as it
+						// is without the stack.
+						readAll(t, resp)
+					case err == nil:
 						readAll(t, resp)
 						t.Fatalf("%s: got status %d, want an error", tc.name, resp.StatusCode)
-					}
-					if !errors.Is(err, policy.ErrInvalidRequest) {
+					case !errors.Is(err, policy.ErrInvalidRequest):
 						t.Errorf("%s: err = %v, want one that matches policy.ErrInvalidRequest", tc.name, err)
 					}
 					if got, want := attempts.Load()-before, int64(1); got != want {
