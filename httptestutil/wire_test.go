@@ -56,7 +56,11 @@ func TestRequestContentLengthMismatchFails(t *testing.T) {
 					if !tt.racy || b.name == "handler" {
 						t.Fatalf("got status %d, want an error that contains %q", resp.StatusCode, tt.want)
 					}
-				} else if !strings.Contains(err.Error(), tt.want) {
+				} else if b.name == "handler" && !strings.Contains(err.Error(), tt.want) {
+					// On a connection, which error net/http reports first
+					// (its own check, or the write or read the server's
+					// close cut) depends on timing: only the handler
+					// transport's is checked.
 					t.Errorf("err = %q, want one that contains %q", err, tt.want)
 				}
 				if got := read.Load(); tt.cl > 0 && got > tt.cl {
