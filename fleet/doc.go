@@ -32,8 +32,12 @@
 // each process's own state without asking Redis, and the changes made
 // meanwhile are written when it is back. The fleet view resumes with the
 // first refresh that gets through. A key that holds something fleet did not
-// write (another type, a value it cannot decode) gives an error matching
-// [ErrMalformed] that names the key; it never causes a panic.
+// write never causes a panic: the call fails with an error that names the
+// key (one matching [ErrMalformed] when fleet reads a value it cannot
+// decode, Redis's own WRONGTYPE error when a script meets a key of another
+// type), and the request goes on as if Redis were down. The idempotency
+// store waits for Redis up to its Timeout and, without an answer, the
+// Handler refuses the keyed request (503) rather than run it unlocked.
 //
 // # Keys
 //
