@@ -33,9 +33,9 @@
 // meanwhile are written when it is back. The fleet view resumes with the
 // first refresh that gets through. A key that holds something fleet did not
 // write never causes a panic: the call fails with an error that names the
-// key (one matching [ErrMalformed] when fleet reads a value it cannot
-// decode, Redis's own WRONGTYPE error when a script meets a key of another
-// type), and the request goes on as if Redis were down. The idempotency
+// key (one matching [ErrMalformed] for a value fleet cannot decode,
+// Redis's own WRONGTYPE error for a key of another type), and the request
+// goes on as if Redis were down. The idempotency
 // store waits for Redis up to its Timeout and, without an answer, the
 // Handler refuses the keyed request (503) rather than run it unlocked.
 //

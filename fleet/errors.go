@@ -3,8 +3,7 @@ package fleet
 import "errors"
 
 // ErrMalformed is matched by errors.Is when a key in Redis holds something
-// fleet did not write and fleet reads it: a value it cannot decode, or a
-// breaker key of another type. (A script that meets a key of another type
+// fleet did not write: a value it cannot decode. (A key of another type
 // fails with Redis's own WRONGTYPE error instead.)
 // Such a key is treated as absent for the request at hand (the request
 // goes out under local state) and the error, which names the key, goes to
