@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -50,7 +51,7 @@ type IdempotencyOptions struct {
 // on the keys of one hash tag:
 //
 //	<prefix>:idem:{<key>}               hash: fp, tok (while in flight), resp (once completed)
-//	<prefix>:idem:{<key>}:gone:<token>  string: a Begin that got no answer, for the lock TTL
+//	<prefix>:idem:{<key>}:gone:<token>  string: a Begin that got no answer, for the lock TTL (none when <key> starts with '}')
 //
 // The key expires after the lock TTL while in flight, after the response
 // TTL once completed. A lock carries a random token, and Complete and
@@ -108,7 +109,7 @@ var _ idempotency.Store = (*IdempotencyStore)(nil)
 // g(one: the Begin was abandoned, and no one awaits its answer).
 var (
 	idemBegin = rueidis.NewLuaScript(`
-if redis.call('EXISTS', KEYS[2]) == 1 then return {'g'} end
+if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then return {'g'} end
 local v = redis.call('HMGET', KEYS[1], 'fp', 'tok', 'resp')
 if v[1] then
   if v[3] then return {'c', v[1], v[3]} end
@@ -140,7 +141,7 @@ return 'd'`)
 	idemAbandon = rueidis.NewLuaScript(`
 if redis.call('HGET', KEYS[1], 'tok') == ARGV[1] then
   redis.call('DEL', KEYS[1])
-else
+elseif KEYS[2] then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 end
 return 'd'`)
@@ -150,9 +151,17 @@ func (s *IdempotencyStore) redisKey(key string) string {
 	return s.prefix + ":idem:{" + key + "}"
 }
 
-// goneKey is the key that marks the Begin sent with token as abandoned.
-func (s *IdempotencyStore) goneKey(key, token string) string {
-	return s.redisKey(key) + ":gone:" + token
+// idemKeys returns the keys of the Begin sent with token: its record, and
+// the key that marks the Begin abandoned. The marker is left out when the
+// record's hash tag is empty (a key that starts with '}'): Redis Cluster
+// then hashes the whole name, and no other key shares the record's slot.
+// Such a Begin, if it runs after its abandon, keeps its lock for its TTL.
+func (s *IdempotencyStore) idemKeys(key, token string) []string {
+	rk := s.redisKey(key)
+	if i := strings.IndexByte(rk, '{'); rk[i+1] == '}' {
+		return []string{rk}
+	}
+	return []string{rk, rk + ":gone:" + token}
 }
 
 // Begin implements [idempotency.Store].
@@ -161,7 +170,7 @@ func (s *IdempotencyStore) Begin(ctx context.Context, key, fingerprint string, l
 	defer cancel()
 	token := rand.Text()
 	rk := s.redisKey(key)
-	vals, err := idemBegin.Exec(ctx, s.client, []string{rk, s.goneKey(key, token)}, []string{fingerprint, token, millis(lockTTL)}).ToArray()
+	vals, err := idemBegin.Exec(ctx, s.client, s.idemKeys(key, token), []string{fingerprint, token, millis(lockTTL)}).ToArray()
 	if err != nil {
 		// The script may run yet: sent, and answered too late. The lock
 		// it would take holds this token, which no one else knows, until
@@ -208,7 +217,7 @@ func (s *IdempotencyStore) Begin(ctx context.Context, key, fingerprint string, l
 // Redis answers, every Timeout, for at most lockTTL, after which a lock
 // would have expired anyway.
 func (s *IdempotencyStore) abandon(key, token string, lockTTL time.Duration) {
-	keys := []string{s.redisKey(key), s.goneKey(key, token)}
+	keys := s.idemKeys(key, token)
 	args := []string{token, millis(lockTTL)}
 	end := time.Now().Add(lockTTL)
 	for {
