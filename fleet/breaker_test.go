@@ -295,7 +295,7 @@ func TestBreakerStoreLateOpeningHoldsClaimUntilItsEnd(t *testing.T) {
 	b2.Load(host) // f2 reads the host's state at each refresh
 
 	srv.Kill()
-	until := time.Now().Add(time.Second)
+	until := time.Now().Add(3 * time.Second) // room for the restart and the queued send on a loaded machine
 	b1.Publish(host, transport.SharedBreakerState{State: transport.BreakerOpen, Until: until})
 	time.Sleep(600 * time.Millisecond)
 	if err := srv.Restart(); err != nil {
