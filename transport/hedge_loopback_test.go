@@ -114,6 +114,26 @@ func (hs *hedgeServer) servedConns() int64 {
 	return int64(len(hs.served))
 }
 
+// getAll sends n GETs through client, one after another, and checks that
+// each got the whole payload; it returns each response's protocol major.
+func (hs *hedgeServer) getAll(t *testing.T, client *http.Client, n int) []int {
+	t.Helper()
+	protos := make([]int, n)
+	for i := range n {
+		resp, err := client.Get(fmt.Sprintf("%s/?op=%d", hs.srv.URL, i))
+		if err != nil {
+			t.Fatalf("op %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || len(b) != len(hs.payload) {
+			t.Fatalf("op %d: status %d, %d bytes, err %v; want 200, %d bytes, nil", i, resp.StatusCode, len(b), err, len(hs.payload))
+		}
+		protos[i] = resp.ProtoMajor
+	}
+	return protos
+}
+
 func hedgeClient(t *testing.T, hs *hedgeServer, strict bool) *http.Client {
 	base := hs.srv.Client().Transport.(*http.Transport).Clone()
 	base.MaxIdleConnsPerHost = 100 // no connection closed for want of room in the pool
@@ -149,18 +169,9 @@ func TestHedgeHTTP2OneConnection(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			hs := newHedgeServer(t, !tt.h1, tt.maxStreams, tt.firstStatus)
 			client := hedgeClient(t, hs, tt.strict)
-			for i := range 20 {
-				resp, err := client.Get(fmt.Sprintf("%s/?op=%d", hs.srv.URL, i))
-				if err != nil {
-					t.Fatalf("op %d: %v", i, err)
-				}
-				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err != nil || resp.StatusCode != 200 || len(b) != len(hs.payload) {
-					t.Fatalf("op %d: status %d, %d bytes, err %v; want 200, %d bytes, nil", i, resp.StatusCode, len(b), err, len(hs.payload))
-				}
-				if resp.ProtoMajor != 2 && !tt.h1 {
-					t.Fatalf("op %d: proto %s, want HTTP/2", i, resp.Proto)
+			for i, proto := range hs.getAll(t, client, 20) {
+				if proto != 2 && !tt.h1 {
+					t.Fatalf("op %d: HTTP/%d, want HTTP/2", i, proto)
 				}
 			}
 			// The losers' streams end, their handlers return.
@@ -223,17 +234,7 @@ func TestHedgeHTTP2GetWithBody(t *testing.T) {
 func TestHedgeHTTP1FailedLoserConnectionReused(t *testing.T) {
 	hs := newHedgeServer(t, false, 0, http.StatusServiceUnavailable)
 	client := hedgeClient(t, hs, false)
-	for i := range 20 {
-		resp, err := client.Get(fmt.Sprintf("%s/?op=%d", hs.srv.URL, i))
-		if err != nil {
-			t.Fatalf("op %d: %v", i, err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 || len(b) != len(hs.payload) {
-			t.Fatalf("op %d: status %d, %d bytes, err %v; want 200, %d bytes, nil", i, resp.StatusCode, len(b), err, len(hs.payload))
-		}
-	}
+	hs.getAll(t, client, 20)
 	time.Sleep(50 * time.Millisecond) // the last drain
 	if got, want := hs.closed.Load(), int64(0); got != want {
 		hs.mu.Lock()

@@ -31,6 +31,13 @@ func (h *hedgeCounts) policy(p policy.Hedge) policy.Hedge {
 	return p
 }
 
+// sentCount is how many hedges were sent.
+func (h *hedgeCounts) sentCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sent)
+}
+
 func (h *hedgeCounts) want(t *testing.T, sent, won, cancelled int) {
 	t.Helper()
 	h.mu.Lock()
@@ -1080,9 +1087,7 @@ func TestHedgeBudgetCountsOperationsWithOneAttempt(t *testing.T) {
 					readAll(t, resp)
 				}
 				synctest.Wait()
-				hooks.mu.Lock()
-				got := len(hooks.sent)
-				hooks.mu.Unlock()
+				got := hooks.sentCount()
 				if want := ops; got != want {
 					t.Errorf("%d hedges for %d operations, want %d (MinRetries 1 + Ratio 1 × operations)", got, ops, want)
 				}
@@ -1132,9 +1137,7 @@ func TestNewHedgeNotIntoFleetHalfOpen(t *testing.T) {
 		}
 		readAll(t, resp)
 		synctest.Wait()
-		hooks.mu.Lock()
-		got := len(hooks.sent)
-		hooks.mu.Unlock()
+		got := hooks.sentCount()
 		if want := 0; got != want {
 			t.Errorf("%d hedges sent while the fleet's breaker was half-open, want %d", got, want)
 		}
