@@ -50,8 +50,10 @@ type ThrottleEvent struct {
 // probability max(0, (requests − K×accepts)/(requests + 1)) over the
 // recent window, with a [*ThrottleError]. A response under 500 other than
 // 429 counts as accepted; a 429, a 5xx, a timeout or a network error as
-// not; a request canceled by its caller, refused by a [Breaker] or by a
-// quota, or that net/http would not send is not counted.
+// not; a request ended by its caller (a cancel, or the caller's own
+// deadline: a [*DeadlineError] of the stack's bounds is a timeout),
+// refused by a [Breaker] or by a quota, or that net/http would not send
+// is not counted.
 //
 // Share t between the stacks that talk to the same hosts. A nil t means
 // a new [policy.Throttle] with the defaults. Place it inside [Retry] and
@@ -113,7 +115,7 @@ func throttleOutcome(req *http.Request, resp *http.Response, err error) (counted
 	if err != nil {
 		switch {
 		case errors.Is(err, context.Canceled),
-			errors.Is(req.Context().Err(), context.Canceled), // canceled with a cause, which net/http returns
+			callerEnded(req.Context()), // the caller's cancel (with a cause, which net/http returns) or deadline, as the breaker judges it
 			errors.Is(err, ErrCircuitOpen),
 			errors.Is(err, ratelimit.ErrQuotaExhausted),
 			errors.Is(err, policy.ErrInvalidRequest),

@@ -248,29 +248,46 @@ func TestHedgeThrottleCloseIdleConnections(t *testing.T) {
 	}
 }
 
-// A caller that cancels with a cause (errgroup.WithContext does, when a
-// sibling fails) still cancels: its requests are not rejections by the
-// server. net/http returns the cause, not context.Canceled.
-func TestThrottleCallerCancelWithCauseNotCounted(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		rec := httptestutil.NewRecorder(httptestutil.Script(httptestutil.Hang().Forever()))
-		env := newFakeEnv(t, rec)
-		th := &policy.Throttle{}
-		c := &http.Client{Transport: Chain(env.base, Throttle(th))}
-		sibling := errors.New("a sibling failed")
-		for range 50 {
-			ctx, cancel := context.WithCancelCause(t.Context())
-			req, _ := http.NewRequestWithContext(ctx, "GET", env.url+"/x", nil)
+// A caller that ends its own request, by a cancel with a cause
+// (errgroup.WithContext does, when a sibling fails; net/http then returns
+// the cause, not context.Canceled) or by its own deadline, says nothing
+// of the server: its requests are not rejections.
+func TestThrottleCallerEndNotCounted(t *testing.T) {
+	sibling := errors.New("a sibling failed")
+	ends := []struct {
+		name string
+		ctx  func(context.Context) (context.Context, func())
+		want error
+	}{
+		{"cancel with a cause", func(parent context.Context) (context.Context, func()) {
+			ctx, cancel := context.WithCancelCause(parent)
 			stop := time.AfterFunc(10*time.Millisecond, func() { cancel(sibling) })
-			_, err := c.Do(req)
-			stop.Stop()
-			cancel(nil)
-			if got, want := err, sibling; !errors.Is(got, want) {
-				t.Fatalf("err = %v, want %v: the host was never judged to have rejected anything", got, want)
-			}
-		}
-		if got, want := th.Probability(env.url, time.Now()), 0.0; got != want {
-			t.Errorf("Probability = %v after 50 caller cancels with a cause, want %v", got, want)
-		}
-	})
+			return ctx, func() { stop.Stop(); cancel(nil) }
+		}, sibling},
+		{"the caller's deadline", func(parent context.Context) (context.Context, func()) {
+			return context.WithTimeout(parent, 10*time.Millisecond)
+		}, context.DeadlineExceeded},
+	}
+	for _, end := range ends {
+		t.Run(end.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := httptestutil.NewRecorder(httptestutil.Script(httptestutil.Hang().Forever()))
+				env := newFakeEnv(t, rec)
+				th := &policy.Throttle{}
+				c := &http.Client{Transport: Chain(env.base, Throttle(th))}
+				for range 50 {
+					ctx, done := end.ctx(t.Context())
+					req, _ := http.NewRequestWithContext(ctx, "GET", env.url+"/x", nil)
+					_, err := c.Do(req)
+					done()
+					if !errors.Is(err, end.want) {
+						t.Fatalf("err = %v, want %v: the host was never judged to have rejected anything", err, end.want)
+					}
+				}
+				if got, want := th.Probability(env.url, time.Now()), 0.0; got != want {
+					t.Errorf("Probability = %v after 50 requests the caller ended, want %v", got, want)
+				}
+			})
+		})
+	}
 }
