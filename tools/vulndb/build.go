@@ -78,8 +78,8 @@ type summary struct {
 // govulncheck v1 database layout into outDir, which it creates: the
 // entries under ID/ and the three indexes under index/. An entry whose
 // modified time is zero (the vulndb repository leaves it so, and fills it
-// from git history only when it deploys) gets snapshot, the time of the
-// commit it was read from, both in its file and in the indexes.
+// from git history only when it deploys) takes the snapshot time, the
+// commit time of the version read, in its file and in the indexes.
 func build(osvDir, outDir string, snapshot time.Time) (summary, error) {
 	var sum summary
 	names, err := filepath.Glob(filepath.Join(osvDir, "*.json"))

@@ -18,7 +18,7 @@ import (
 )
 
 // pinnedVersion is the version of golang.org/x/vulndb that CI checks
-// against: bump it to the newest that `go list -m -versions` shows.
+// against: to bump it, take the version `go list -m golang.org/x/vulndb@latest` prints.
 const pinnedVersion = "v0.0.0-20261105234957-e22db6528018"
 
 func main() {
