@@ -232,16 +232,29 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, &RetryError{Reason: policy.ReasonCallerError, Err: err}
 		}
-		if c.budget != nil { // an operation still, and a Hedge beneath may share the budget
-			var s *stack
+		s := stackOf(r.Context())
+		if s == nil && c.budget != nil { // an operation still, and a Hedge beneath may share the budget
 			s, r = withStack(r, &t.own)
-			join(s, retryOf, c)
+		}
+		join(s, retryOf, c)
+		if c.budget != nil {
 			c.budget.request(req.URL, startOf(req.Context()))
 		}
 		if r.GetBody != nil && !policy.SafeToResend(req, c.keyHeader) {
 			r = withoutGetBody(r, r != req)
 		}
-		return t.next.RoundTrip(r)
+		resp, err := t.next.RoundTrip(r)
+		if err == nil && resp != nil && resp.StatusCode < 400 {
+			return resp, nil
+		}
+		if resp == nil && err == nil {
+			err = errNilResponse
+		}
+		step := policy.Step{Reason: policy.ReasonAttemptsUsed}
+		if policy.IsCallerError(r, err) {
+			step.Reason = policy.ReasonCallerError
+		}
+		return t.end(nil, req, 1, 0, resp, err, step)
 	}
 	safe := policy.SafeToResend(req, c.keyHeader)
 	// base is what each attempt copies: the caller's request, or a copy
@@ -387,10 +400,9 @@ func (t *retrier) stackOf(req *http.Request) (*stack, *http.Request, *opRecord) 
 // the operation's record rec, for [OperationOf], and hands it to giveUp.
 func (t *retrier) end(rec *opRecord, req *http.Request, n int, waited time.Duration, resp *http.Response, err error, step policy.Step) (*http.Response, error) {
 	if refusal, ok := policy.RefusedBy(err); ok {
-		n-- // refused unsent: not an attempt
-		if step.Reason == policy.ReasonFinal {
-			step.Reason = refusal
-		}
+		n, step.Reason = n-1, refusal // refused unsent: not an attempt
+	} else if step.Reason == policy.ReasonCallerError {
+		n = 0 // nothing could be sent
 	}
 	if resp != nil && resp.Request != nil && rec == nil {
 		// The first attempt's response: its request gets the record.
