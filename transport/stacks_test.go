@@ -104,18 +104,22 @@ func TestStacksKeepTheSamePromises(t *testing.T) {
 			want:  stackResult{calls: []string{"503 Service Unavailable (1 attempt, wait would pass the deadline)"}, sent: 1},
 		},
 		{
-			name:   "an unvouched POST that failed is sent once",
-			opts:   transport.Options{},
-			script: func() http.Handler { return httptestutil.Script(httptestutil.Status(500, "oops"), httptestutil.Status(200, "ok")) },
-			calls:  []func(*http.Client) (*http.Response, error){post("/pay", "")},
-			want:   stackResult{calls: []string{"500 oops (1 attempt, not safe to resend)"}, sent: 1},
+			name: "an unvouched POST that failed is sent once",
+			opts: transport.Options{},
+			script: func() http.Handler {
+				return httptestutil.Script(httptestutil.Status(500, "oops"), httptestutil.Status(200, "ok"))
+			},
+			calls: []func(*http.Client) (*http.Response, error){post("/pay", "")},
+			want:  stackResult{calls: []string{"500 oops (1 attempt, not safe to resend)"}, sent: 1},
 		},
 		{
-			name:   "a vouched POST is retried with one key",
-			opts:   transport.Options{Retry: policy.Retry{Backoff: policy.Exponential(time.Second, time.Second)}},
-			script: func() http.Handler { return sameKey(httptestutil.Script(httptestutil.Status(500, "oops"), httptestutil.Status(200, "ok"))) },
-			calls:  []func(*http.Client) (*http.Response, error){post("/pay", "order-1")},
-			want:   stackResult{calls: []string{"200 ok (2 attempts, waited 1s)"}, sent: 2, elapsed: time.Second},
+			name: "a vouched POST is retried with one key",
+			opts: transport.Options{Retry: policy.Retry{Backoff: policy.Exponential(time.Second, time.Second)}},
+			script: func() http.Handler {
+				return sameKey(httptestutil.Script(httptestutil.Status(500, "oops"), httptestutil.Status(200, "ok")))
+			},
+			calls: []func(*http.Client) (*http.Response, error){post("/pay", "order-1")},
+			want:  stackResult{calls: []string{"200 ok (2 attempts, waited 1s)"}, sent: 2, elapsed: time.Second},
 		},
 		{
 			name: "with a Throttle, an overloaded server's 503s do not open the breaker",
