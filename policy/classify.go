@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -35,6 +34,10 @@ type Outcome struct {
 	// watches for it (with net/http/httptrace) on requests that are not
 	// [SafeToResend].
 	NotConnected bool
+	// CallerEnded reports that the caller's own context had ended when
+	// the attempt did: it was canceled, or its deadline passed. Such an
+	// outcome says nothing of the host ([Judge]).
+	CallerEnded bool
 	// Now is the time the outcome was seen, for Retry-After dates.
 	Now time.Time
 }
@@ -205,12 +208,12 @@ func classifyError(o Outcome) Decision {
 	if IsCallerError(o.Request, err) {
 		return Decision{Reason: "invalid request"}
 	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return Decision{Retry: true, DidNotAct: true, Reason: "dial error"}
-	}
-	if o.NotConnected {
-		return Decision{Retry: true, DidNotAct: true, Reason: "no connection"}
+	if notConnected(o) {
+		reason := "no connection"
+		if !o.NotConnected {
+			reason = "dial error"
+		}
+		return Decision{Retry: true, DidNotAct: true, Reason: reason}
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return Decision{Retry: true, Reason: "attempt timeout"}

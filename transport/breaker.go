@@ -147,21 +147,24 @@ func (b *Breakers) key(req *http.Request) (hosts.Key, bool) {
 
 // judge returns what an outcome says about the host.
 func (b *Breakers) judge(op *stack, req *http.Request, resp *http.Response, err error) policy.HostVerdict {
-	v := policy.JudgeHost(req, resp, err, err != nil && callerEnded(req.Context()))
-	if v == policy.HostIgnored {
-		return v
-	}
-	isFailure := b.c.isFailure
-	if isFailure == nil && op != nil && op.throttled.Load() {
-		isFailure = throttledIsFailure // a Throttle above sheds an overloaded server's load
-	}
-	if isFailure != nil {
-		if isFailure(resp, err) {
+	v := judge(req, resp, err)
+	switch {
+	case v.Host == policy.HostIgnored:
+		return v.Host
+	case b.c.isFailure != nil:
+		if b.c.isFailure(resp, err) {
 			return policy.HostFailing
 		}
 		return policy.HostHealthy
+	case v.Overloaded && op != nil && op.throttled.Load():
+		return policy.HostHealthy // a Throttle above sheds an overloaded server's load, where a breaker would refuse it all
 	}
-	return v
+	return v.Host
+}
+
+// judge returns [policy.Judge]'s verdict on an attempt of req.
+func judge(req *http.Request, resp *http.Response, err error) policy.Verdict {
+	return policy.Judge(policy.Outcome{Request: req, Response: resp, Err: err, CallerEnded: err != nil && callerEnded(req.Context())})
 }
 
 // callerEnded reports whether ctx ended for a reason of the caller's: it

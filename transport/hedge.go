@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -404,9 +403,10 @@ func (t *hedger) hold(copies []hedgeCopy, held *hedgeResult, r hedgeResult) *hed
 }
 
 // refusedUnsent reports whether err is a layer's refusal of a copy it
-// never sent: an open (or half-open) breaker, the throttle.
+// never sent ([policy.Refusal]): it says nothing of the host.
 func refusedUnsent(err error) bool {
-	return errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrThrottled)
+	_, refused := policy.RefusedBy(err)
+	return refused
 }
 
 // discard drains and closes a copy's response, then releases its

@@ -1,8 +1,6 @@
 package transport
 
 import (
-	"errors"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 
@@ -92,7 +90,7 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := l.next.RoundTrip(r)
 	switch {
-	case err != nil && (notSent(req, err) || watch != nil && watch.notConnected()):
+	case err != nil && !policy.Judge(policy.Outcome{Request: req, Err: err, NotConnected: watch != nil && watch.notConnected()}).Sent:
 		res.Cancel()
 	case err != nil:
 		res.Settle(nil)
@@ -100,17 +98,6 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 		res.Settle(resp)
 	}
 	return resp, err
-}
-
-// notSent reports whether an attempt that failed with err never reached
-// the server: refused by an open breaker, a request net/http would not
-// send, or a dial that failed.
-func notSent(req *http.Request, err error) bool {
-	if errors.Is(err, ErrCircuitOpen) || policy.IsCallerError(req, err) {
-		return true
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" // the caller's context may have ended it
 }
 
 // CloseIdleConnections forwards to the wrapped RoundTripper.

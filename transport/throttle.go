@@ -1,14 +1,12 @@
 package transport
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/policy"
-	"github.com/sturdyhttp/sturdy/ratelimit"
 )
 
 // ErrThrottled is matched by errors.Is for every request that a
@@ -109,41 +107,8 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, &ThrottleError{Host: key, Probability: p}
 	}
 	resp, err := t.next.RoundTrip(req)
-	if counted, accepted := throttleOutcome(req, resp, err); counted {
-		t.t.Record(key, time.Now(), accepted)
+	if v := judge(req, resp, err); v.Host != policy.HostIgnored && (resp != nil || err != nil) {
+		t.t.Record(key, time.Now(), v.Accepted)
 	}
 	return resp, err
-}
-
-// throttleOutcome says whether an outcome counts for the throttle, and
-// whether the server accepted the request.
-func throttleOutcome(req *http.Request, resp *http.Response, err error) (counted, accepted bool) {
-	if err != nil {
-		switch {
-		case errors.Is(err, context.Canceled),
-			callerEnded(req.Context()), // the caller's cancel (with a cause, which net/http returns) or deadline, as the breaker judges it
-			errors.Is(err, ErrCircuitOpen),
-			errors.Is(err, ratelimit.ErrQuotaExhausted),
-			errors.Is(err, policy.ErrInvalidRequest),
-			policy.CheckRequest(req) != nil:
-			return false, false
-		}
-		return true, false
-	}
-	if resp == nil {
-		return false, false
-	}
-	c := resp.StatusCode
-	return true, c < 500 && c != http.StatusTooManyRequests
-}
-
-// throttledIsFailure is the breaker's failure rule in a stack with a
-// Throttle: an error or a 5xx ([policy.JudgeHost]), but for the answers of an overloaded
-// server, which the throttle handles by shedding part of the load rather
-// than all of it.
-func throttledIsFailure(resp *http.Response, err error) bool {
-	if err == nil && resp != nil && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == 529) {
-		return false
-	}
-	return err != nil || resp == nil || resp.StatusCode >= 500
 }
