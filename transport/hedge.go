@@ -56,6 +56,7 @@ func Hedge(h policy.Hedge) Middleware {
 // its own.
 func hedgeMiddleware(h policy.Hedge, budget retryBudget) Middleware {
 	c := &hedgeConfig{
+		policy:     h,
 		fixed:      h.Delay,
 		floor:      h.DelayFloor(),
 		hedges:     h.Hedges(),
@@ -79,6 +80,7 @@ func hedgeMiddleware(h policy.Hedge, budget retryBudget) Middleware {
 }
 
 type hedgeConfig struct {
+	policy       policy.Hedge // decides when a copy is sent
 	fixed, floor time.Duration
 	hedges       int
 	budget       retryBudget
@@ -257,32 +259,33 @@ func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key stri
 	for win == nil {
 		select {
 		case <-timer.C:
-			if failed || answered.Load() || len(copies) > c.hedges || ctx.Err() != nil {
-				continue
-			}
-			if !body.complete() {
-				// The first copy is still sending a body that is kept as
-				// it goes: a hedge now would stream it twice at once, and
-				// the body may yet prove longer than can be kept. Look
-				// again after another delay.
-				timer.Reset(delay)
-				continue
-			}
 			now := time.Now()
-			// No hedge, now or later, when the copy would be refused
-			// unsent (an open breaker) or the budget is spent.
-			if op.hedgeRefusedAt(req, now) != nil {
-				continue
+			s := policy.HedgeState{
+				Sent:     len(copies),
+				Answered: answered.Load(),
+				Failed:   failed,
+				Done:     ctx.Err(),
+				// A body kept as the first copy sends it would stream
+				// twice at once, and may yet prove too long to keep.
+				BodySent: body.complete(),
+				Now:      now,
+				Refused:  func(at time.Time) error { return op.hedgeRefusedAt(req, at) },
+			}
+			if budget != nil {
+				s.Budget = func() bool { return budget.retry(req.URL, clockOf(now)) }
 			}
 			var b io.ReadCloser
-			if !body.none {
+			if !body.none && s.BodySent {
 				var gerr error
 				if b, gerr = body.get(); gerr != nil {
-					continue
+					continue // no copy can be made: none now or later
 				}
 			}
-			// The budget last: a copy that cannot be sent takes nothing.
-			if budget != nil && !budget.retry(req.URL, clockOf(now)) {
+			switch t.c.policy.Next(s) {
+			case policy.HedgeLater:
+				timer.Reset(delay)
+				continue
+			case policy.HedgeStop:
 				if b != nil {
 					b.Close()
 				}
