@@ -21,65 +21,30 @@ import (
 // body is closed unread, which costs a new connection.
 const drainLimit = 256 << 10
 
-// Retry retries failed attempts as policy p says, and only when sending
-// the request again is safe. [policy.Retry.Next] decides each step (which
-// outcomes are retried, how many attempts, how long between them, why an
-// operation stops); Retry carries the decisions out.
+// Retry retries failed attempts as policy p says. [policy.Retry.Next]
+// decides each step: which outcomes are retried, how long to wait, and
+// why an operation stops. Retry carries the decisions out.
 //
-// A request is sent more than once only when that is safe: its method is
-// idempotent or it carries an idempotency key ([policy.SafeToResend];
-// [IdempotencyKey] adds keys only to requests that are vouched for), or
-// the outcome proves that the server did not act on it (the connection
-// was never made, a 429, x-should-retry: true, Stripe-Should-Retry: true,
-// a problem with is_retriable: true). A POST nobody vouched for that
-// fails in any other way (a 500, a reset, an attempt timeout) is sent
-// once and its outcome handed back as it is. To learn whether a
-// connection was made, Retry watches such requests with
-// [net/http/httptrace]. Their attempts carry no GetBody, so that
-// net/http cannot send the body again by itself either: its HTTP/2
-// client does after a RST_STREAM with PROTOCOL_ERROR, which does not
-// prove that the server skipped the request. The cost is net/http's
-// safe replays of them: a stream refused (REFUSED_STREAM) or above a
-// graceful GOAWAY's last stream, or an HTTP/1 write on a reused
-// connection that failed before its first byte, is handed back as an
-// error, since net/http tells these apart only in its error text.
-//
-// A request that cannot be sent as written is the caller's error
-// ([policy.IsCallerError]): it is returned at once and never retried.
-// Retry hands each attempt's body to the next RoundTripper wrapped so
-// that a body shorter or longer than its ContentLength, or whose reader
-// fails, ends the attempt with a [*policy.BodyError] (net/http reports
-// both with errors of no type), which a [Breaker] beneath does not count
-// against the host.
+// A request is sent again only when that is safe: its method is
+// idempotent, it carries an idempotency key, or the outcome proves the
+// server did not act on it (no connection, a 429, x-should-retry: true).
+// A request that cannot be sent as written is the caller's error: it
+// fails at once and is never retried.
 //
 // Every attempt is a copy of the caller's request, which is never
-// modified. Bodies are replayed byte for byte: through GetBody when the
-// request has it (the body is never copied); otherwise its bytes are kept
-// as the first attempt sends them, up to p.MaxBufferedBody (1 MiB by
-// default), and replayed from there. Nothing is read ahead of the wire:
-// the first attempt is sent at once and a full-duplex body flows as it is
-// written. A body that runs past the limit is sent once, as it streams,
-// and not retried.
+// modified. Bodies are replayed byte for byte, through GetBody or from
+// the bytes kept as the first attempt sends them (up to
+// p.MaxBufferedBody); a longer body is sent once.
 //
-// Waits draw on the request context's deadline: when the next wait could
-// not end before the deadline, Retry stops at once and returns what it
-// has, rather than waiting only to fail. It does the same when a [Breaker]
-// beneath it will still be open when the wait ends and, in [New], when
-// the host's pause or a spent quota that counts the request would hold
-// the next attempt past the deadline ([ratelimit.Tracker.RefusedAt]).
-// Waits end at once when the
-// context is canceled. A failed attempt's response body is drained (up to
-// 256 KiB) and closed before the wait, so its connection is reused; a
-// problem body (RFC 9457) is read up to p.MaxProblemBody to learn whether
-// the server says the error is retriable, and handed to the caller
-// intact when that response is the last one.
+// Waits draw on the context's deadline. Retry stops at once, rather
+// than wait only to fail, when the wait would end past the deadline or
+// when a [Breaker] or [RateLimitAware] beneath would still refuse the
+// next attempt. A failed attempt's body is drained and closed first.
 //
-// When retries end on a response, Retry returns it with a nil error, as a
-// RoundTripper must, and OnGiveUp says why when it is an error status.
-// When they end on an error, the error is a [*RetryError] that says how
-// many attempts were made and why no further one was (its
-// [policy.Reason]), and wraps the last cause, so errors.Is(err,
-// context.DeadlineExceeded) keeps working through [http.Client].
+// When retries end on a response, Retry returns it with a nil error, as
+// a RoundTripper must; [OperationOf] tells how many attempts were made
+// and why they stopped. When they end on an error, it is a
+// [*RetryError]. See docs/design.md for the reasons behind each rule.
 func Retry(p policy.Retry) Middleware {
 	return retryMiddleware(p, budgetOf(p.Budget))
 }
