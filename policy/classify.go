@@ -208,7 +208,7 @@ func classifyError(o Outcome) Decision {
 	if IsCallerError(o.Request, err) {
 		return Decision{Reason: "invalid request"}
 	}
-	if notConnected(o) {
+	if notConnected(&o) {
 		reason := "no connection"
 		if !o.NotConnected {
 			reason = "dial error"

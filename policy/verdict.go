@@ -39,7 +39,27 @@ type Verdict struct {
 // included, is HostHealthy: a 429 comes from a host that is up and
 // answering, and is for rate limiting to handle, not for a breaker.
 func Judge(o Outcome) Verdict {
-	req, resp, err := o.Request, o.Response, o.Err
+	if o.Err == nil && o.Response != nil {
+		return JudgeStatus(o.Response.StatusCode)
+	}
+	return judgeFailure(&o)
+}
+
+// JudgeStatus is [Judge]'s verdict on an attempt answered with the status
+// code c, for callers that have a response and no error.
+func JudgeStatus(c int) Verdict {
+	v := Verdict{Sent: true, Host: HostHealthy}
+	v.Accepted = c < 500 && c != http.StatusTooManyRequests
+	v.Overloaded = c == http.StatusServiceUnavailable || c == 529
+	if c >= 500 {
+		v.Host = HostFailing
+	}
+	return v
+}
+
+// judgeFailure is Judge's verdict on an error, or on no response.
+func judgeFailure(o *Outcome) Verdict {
+	req, err := o.Request, o.Err
 	var v Verdict
 	if err != nil {
 		v.Refusal, _ = RefusedBy(err)
@@ -52,23 +72,13 @@ func Judge(o Outcome) Verdict {
 		return v
 	}
 	v.Sent = true
-	if resp == nil {
-		v.Host = HostFailing
-		return v
-	}
-	c := resp.StatusCode
-	v.Accepted = c < 500 && c != http.StatusTooManyRequests
-	v.Overloaded = c == http.StatusServiceUnavailable || c == 529
-	v.Host = HostHealthy
-	if c >= 500 {
-		v.Host = HostFailing
-	}
+	v.Host = HostFailing // no response and no error: a broken RoundTripper
 	return v
 }
 
 // notConnected reports whether o's error proves that no connection was
 // made: a dial that failed, or o.NotConnected.
-func notConnected(o Outcome) bool {
+func notConnected(o *Outcome) bool {
 	if o.NotConnected {
 		return true
 	}

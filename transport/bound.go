@@ -107,7 +107,7 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	if s := stackOf(parent); s == nil {
 		c.ownsStack = true // the layers beneath meet in t.stack
 	} else if t.mode == boundOperation {
-		join(s, idleCutOf, t.idleErr)
+		join(&s.idleCut, t.idleErr)
 	}
 	op.req = *req.WithContext(c)
 	resp, err := t.next.RoundTrip(&op.req)

@@ -164,6 +164,9 @@ func (b *Breakers) judge(op *stack, req *http.Request, resp *http.Response, err 
 
 // judge returns [policy.Judge]'s verdict on an attempt of req.
 func judge(req *http.Request, resp *http.Response, err error) policy.Verdict {
+	if err == nil && resp != nil {
+		return policy.JudgeStatus(resp.StatusCode) // builds no Outcome
+	}
 	return policy.Judge(policy.Outcome{Request: req, Response: resp, Err: err, CallerEnded: err != nil && callerEnded(req.Context())})
 }
 
@@ -189,12 +192,14 @@ func (t *breakerTransport) CloseIdleConnections() { closeIdle(t.next) }
 
 // RoundTrip sends req through its host's breaker.
 func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	req, err := checkCaller(req, false)
-	if err != nil {
-		return nil, err // the caller's error counts neither way
-	}
 	op := stackOf(req.Context())
-	join(op, breakersOf, t.b) // Retry and Hedge above ask it before they wait
+	if !op.bodiesChecked() {
+		var err error
+		if req, err = checkCaller(req, false); err != nil {
+			return nil, err // the caller's error counts neither way
+		}
+	}
+	op.joinBreakers(t.b) // Retry and Hedge above ask it before they wait
 	var e *circuit
 	if t.b.c.key == nil && req.URL != nil {
 		e = t.b.slot.GetURL(req.URL)

@@ -45,6 +45,9 @@ type stack struct {
 	// throttled is set by a Throttle: a Breaker beneath then leaves the
 	// answers of an overloaded server (503, 529) to it.
 	throttled atomic.Bool
+	// checked is set by a Retry, which checks every attempt's body: the
+	// layers beneath it need not check again.
+	checked atomic.Bool
 }
 
 type stackKey struct{}
@@ -104,21 +107,40 @@ func (s *stack) cut() *DeadlineError {
 	return s.idleCut.Load()
 }
 
-// join records v in p, once: the first request through a layer tells the
-// stack of it.
-func join[T any](s *stack, p func(*stack) *atomic.Pointer[T], v *T) {
-	if s == nil {
-		return
-	}
-	if f := p(s); f.Load() == nil {
+// join records v in f, once: the first request through a layer tells
+// the stack of it.
+func join[T any](f *atomic.Pointer[T], v *T) {
+	if f.Load() == nil {
 		f.Store(v)
 	}
 }
 
-func breakersOf(s *stack) *atomic.Pointer[Breakers]         { return &s.breakers }
-func trackerOf(s *stack) *atomic.Pointer[ratelimit.Tracker] { return &s.tracker }
-func retryOf(s *stack) *atomic.Pointer[retryConfig]         { return &s.retry }
-func idleCutOf(s *stack) *atomic.Pointer[DeadlineError]     { return &s.idleCut }
+// joinBreakers tells s (when set) of the Breaker b beneath.
+func (s *stack) joinBreakers(b *Breakers) {
+	if s != nil {
+		join(&s.breakers, b)
+	}
+}
+
+// joinTracker tells s (when set) of the quota tracker t beneath.
+func (s *stack) joinTracker(t *ratelimit.Tracker) {
+	if s != nil {
+		join(&s.tracker, t)
+	}
+}
+
+// joinRetry tells s (when set) of the Retry c above; checks says that
+// it checks every attempt's body, so that the layers beneath need not.
+func (s *stack) joinRetry(c *retryConfig) {
+	if s != nil && s.retry.Load() == nil {
+		s.retry.Store(c)
+		s.checked.Store(true)
+	}
+}
+
+// bodiesChecked reports whether a Retry above checks every attempt's
+// body ([checkBody]) before it reaches the layers beneath.
+func (s *stack) bodiesChecked() bool { return s != nil && s.checked.Load() }
 
 // opRecord is one operation's record: what Retry says of how it ended,
 // for [OperationOf]. Its context also carries the stack when no layer

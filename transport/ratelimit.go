@@ -66,11 +66,14 @@ type rateLimiter struct {
 // request, and settles the reservation with the response, or cancels it
 // when the request never reached the server.
 func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
-	req, err := checkCaller(req, false)
-	if err != nil {
-		return nil, err // the caller's error uses no quota
+	st := stackOf(req.Context())
+	if !st.bodiesChecked() {
+		var err error
+		if req, err = checkCaller(req, false); err != nil {
+			return nil, err // the caller's error uses no quota
+		}
 	}
-	join(stackOf(req.Context()), trackerOf, l.t) // Retry above asks it before it waits
+	st.joinTracker(l.t) // Retry above asks it before it waits
 	res, err := l.t.Reserve(req)
 	if err != nil {
 		if req.Body != nil {

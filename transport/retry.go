@@ -201,7 +201,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if s == nil && c.budget != nil { // an operation still, and a Hedge beneath may share the budget
 			s, r = withStack(r, &t.own)
 		}
-		join(s, retryOf, c)
+		s.joinRetry(c)
 		if c.budget != nil {
 			c.budget.request(req.URL, startOf(req.Context()))
 		}
@@ -227,7 +227,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	// connection was made, for a request that may be sent again only if
 	// none was.
 	st, base, rec := t.stackOf(req) // rec: the operation's record, from the second attempt on
-	join(st, retryOf, c)            // a Hedge beneath draws on the same budget
+	st.joinRetry(c)                 // a Hedge beneath draws on the same budget
 	ctx := base.Context()
 	if c.budget != nil {
 		c.budget.request(req.URL, startOf(ctx))

@@ -88,11 +88,13 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil {
 		return t.next.RoundTrip(req)
 	}
-	req, err := checkCaller(req, false)
-	if err != nil {
-		return nil, err // the caller's error counts neither way
-	}
 	op, req := withStack(req, &t.own)
+	if !op.bodiesChecked() {
+		var err error
+		if req, err = checkCaller(req, false); err != nil {
+			return nil, err // the caller's error counts neither way
+		}
+	}
 	if !op.throttled.Load() {
 		op.throttled.Store(true) // a Breaker beneath leaves overload to this layer
 	}
