@@ -145,9 +145,25 @@ func TestIdempotencyStoreTooLarge(t *testing.T) {
 		if !errors.Is(err, tt.wantErr) {
 			t.Errorf("Complete with a %d-byte body = %v, want %v", tt.body, err, tt.wantErr)
 		}
-		r, _ = s.Begin(ctx, key, "fp", time.Minute)
-		if want := map[bool]idempotency.State{true: idempotency.Completed, false: idempotency.Acquired}[tt.wantErr == nil]; r.State != want {
-			t.Errorf("after a %d-byte body, Begin = %v, want %v", tt.body, r.State, want)
+		if tt.wantErr == nil {
+			if r, _ := s.Begin(ctx, key, "fp", time.Minute); r.State != idempotency.Completed || r.Response == nil {
+				t.Errorf("after a %d-byte body, Begin = %v with %v, want completed with the response", tt.body, r.State, r.Response)
+			}
+			continue
+		}
+		// The lock stays, and the handler completes the key without
+		// the response: a retry is not run again.
+		if r, _ := s.Begin(ctx, key, "fp", time.Minute); r.State != idempotency.InFlight {
+			t.Errorf("after a %d-byte body, Begin = %v, want in flight (the lock stays)", tt.body, r.State)
+		}
+		if err := s.Complete(ctx, key, r.Token, nil, time.Hour); err != nil {
+			t.Fatalf("Complete without a response = %v, want nil", err)
+		}
+		if r, err := s.Begin(ctx, key, "fp", time.Minute); err != nil || r.State != idempotency.Completed || r.Response != nil || r.Fingerprint != "fp" {
+			t.Errorf("Begin after Complete without a response = %+v, %v; want completed, fingerprint fp, no response", r, err)
+		}
+		if err := s.Release(ctx, key, r.Token); !errors.Is(err, idempotency.ErrLockLost) {
+			t.Errorf("Release of a completed key = %v, want ErrLockLost", err)
 		}
 	}
 }
