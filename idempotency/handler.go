@@ -148,10 +148,11 @@ func DefaultCacheable(status int) bool {
 // Errors are RFC 9457 problem details (application/problem+json).
 //
 // A key runs next at most once. Every outcome of a run is kept, 5xx
-// included, except in three cases. The handler called [NothingDone]; or it
-// answered an error with "Stripe-Should-Retry: true" or "X-Should-Retry:
-// true", which claims the same; or o.Cacheable refused the status (by
-// default only 429). Then the key is released and a retry runs next again.
+// included, except in three cases. The handler called [NothingDone] (or
+// [WriteDeadlineProblem]); or it answered an error with
+// "Stripe-Should-Retry: true" or "X-Should-Retry: true", which claims the
+// same; or o.Cacheable refused the status (by default only 429). Then the
+// key is released and a retry runs next again.
 // A kept error response (4xx or 5xx) gets "Stripe-Should-Retry: false",
 // live and replayed, unless next set either header: a retry with the key
 // would only get it again, and clients that read the header (sturdy's,

@@ -453,6 +453,12 @@ func TestHandlerStoreLimitSpendsKey(t *testing.T) {
 	}
 }
 
+// unwrapper is a ResponseWriter of a middleware, which
+// http.ResponseController sees through.
+type unwrapper struct{ http.ResponseWriter }
+
+func (u *unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
 // A handler says that it did nothing with NothingDone, or with a retry
 // directive of true on an error; only then is its key released.
 func TestHandlerNothingDone(t *testing.T) {
@@ -484,6 +490,12 @@ func TestHandlerNothingDone(t *testing.T) {
 			go func() { NothingDone(r.Context()); close(done) }()
 			<-done
 			w.WriteHeader(400)
+		}, 2, ""},
+		{"WriteDeadlineProblem", func(w http.ResponseWriter, r *http.Request) {
+			WriteDeadlineProblem(w, "the caller left")
+		}, 2, ""},
+		{"WriteDeadlineProblem through a wrapper", func(w http.ResponseWriter, r *http.Request) {
+			WriteDeadlineProblem(&unwrapper{w}, "the caller left")
 		}, 2, ""},
 		{"Stripe-Should-Retry: true", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Stripe-Should-Retry", "true")

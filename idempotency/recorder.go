@@ -94,6 +94,22 @@ func (c *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Unwrap returns the client's ResponseWriter, for [http.ResponseController].
 func (c *recorder) Unwrap() http.ResponseWriter { return c.w }
 
+// nothingDoneFor marks the run whose recorder is w, or is reached from w
+// through Unwrap, as having done nothing.
+func nothingDoneFor(w http.ResponseWriter) {
+	for w != nil {
+		if c, ok := w.(*recorder); ok {
+			c.run.nothingDone.Store(true)
+			return
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
+	}
+}
+
 // released reports whether the run's answer says that nothing was done:
 // a status that Cacheable refuses, or an error response with a retry
 // directive of true, which claims the server did not act. A hijacked
