@@ -253,3 +253,50 @@ func TestIdempotencyRedisServerDies(t *testing.T) {
 		t.Errorf("runs = %d, want 2: the dead one and the one after LockTTL", runs)
 	}
 }
+
+// TestIdempotencyRedisDownRunsNothing: while Redis is down, no keyed
+// request runs without the lock: each gets 503 with Retry-After. Once
+// Redis is back, the key runs once and is replayed.
+func TestIdempotencyRedisDownRunsNothing(t *testing.T) {
+	srv := redisproc.StartT(t)
+	store := fleet.NewIdempotencyStore(newClient(t, srv), fleet.IdempotencyOptions{Timeout: 100 * time.Millisecond})
+	l := newLedger()
+	h := idempotency.Handler(l.handler(func(run int, w http.ResponseWriter, r *http.Request) bool {
+		w.WriteHeader(201)
+		return true
+	}), idempotency.HandlerOptions{Store: store, OnStoreError: func(*http.Request, error) {}})
+	post := func() *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/charges", strings.NewReader(`{"amount":1}`))
+		r.Header.Set(idempotency.DefaultHeader, "order-1")
+		h.ServeHTTP(w, r)
+		return w
+	}
+	srv.Kill()
+	for i := range 3 {
+		if w := post(); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+			t.Errorf("Redis down, request %d: %d Retry-After %q, want 503 with Retry-After", i, w.Code, w.Header().Get("Retry-After"))
+		}
+	}
+	if charges, runs := l.count("order-1"); charges != 0 || runs != 0 {
+		t.Fatalf("Redis down: %d charges, %d runs; want none", charges, runs)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	var codes []int
+	for range 100 { // the client reconnects on its own
+		w := post()
+		codes = append(codes, w.Code)
+		if w.Code != http.StatusServiceUnavailable {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if w := post(); w.Code != 201 || w.Header().Get(idempotency.ReplayedHeader) != "true" {
+		t.Errorf("after Redis came back (answers %v), a retry: %d replayed %q, want a replayed 201", codes, w.Code, w.Header().Get(idempotency.ReplayedHeader))
+	}
+	if charges, runs := l.count("order-1"); charges != 1 || runs != 1 {
+		t.Errorf("after Redis came back: %d charges, %d runs; want 1, 1", charges, runs)
+	}
+}
