@@ -25,4 +25,6 @@
 // [Network], and under a [HandlerTransport]. Waits use timers, never
 // busy loops, so inside a synctest bubble a 60 s outage takes
 // microseconds. The package imports only the standard library.
+//
+// A guide with examples is docs/testkit.md in the repository.
 package httptestutil

@@ -34,4 +34,6 @@
 // retried after a lost response charges twice unless the server
 // recognises the key. With both halves in place, every logical operation
 // has its side effect once, however many times the network fails.
+//
+// A guide with examples is docs/idempotency.md in the repository.
 package idempotency

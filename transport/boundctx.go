@@ -56,6 +56,7 @@ type boundCtx struct {
 
 	mu        sync.Mutex
 	watched   bool // Done or AfterFunc was called: the timer runs
+	ownsStack bool // the layers beneath meet in b.stack: no layer above carries a stack
 	dlArmed   bool
 	idleArmed bool
 	nextID    uint32
@@ -312,6 +313,10 @@ func (c *boundCtx) watch() {
 
 func (c *boundCtx) Value(key any) any {
 	switch key {
+	case stackKey{}:
+		if c.ownsStack {
+			return &c.b.stack
+		}
 	case boundCtxKey{}:
 		return c
 	case cancelCtxKey:

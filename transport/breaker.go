@@ -146,10 +146,17 @@ func (b *Breakers) key(req *http.Request) (hosts.Key, bool) {
 }
 
 // judge returns what an outcome says about the host.
-func (b *Breakers) judge(req *http.Request, resp *http.Response, err error) policy.HostVerdict {
+func (b *Breakers) judge(op *stack, req *http.Request, resp *http.Response, err error) policy.HostVerdict {
 	v := policy.JudgeHost(req, resp, err, err != nil && callerEnded(req.Context()))
-	if v != policy.HostIgnored && b.c.isFailure != nil {
-		if b.c.isFailure(resp, err) {
+	if v == policy.HostIgnored {
+		return v
+	}
+	isFailure := b.c.isFailure
+	if isFailure == nil && op != nil && op.throttled.Load() {
+		isFailure = throttledIsFailure // a Throttle above sheds an overloaded server's load
+	}
+	if isFailure != nil {
+		if isFailure(resp, err) {
 			return policy.HostFailing
 		}
 		return policy.HostHealthy
@@ -170,9 +177,8 @@ func callerEnded(ctx context.Context) bool {
 }
 
 type breakerTransport struct {
-	b       *Breakers
-	next    http.RoundTripper
-	checked bool // a Retry above checks every body (New): no need to here
+	b    *Breakers
+	next http.RoundTripper
 }
 
 // CloseIdleConnections forwards to the next RoundTripper.
@@ -180,12 +186,12 @@ func (t *breakerTransport) CloseIdleConnections() { closeIdle(t.next) }
 
 // RoundTrip sends req through its host's breaker.
 func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !t.checked {
-		var err error
-		if req, err = checkCaller(req, false); err != nil {
-			return nil, err // the caller's error counts neither way
-		}
+	req, err := checkCaller(req, false)
+	if err != nil {
+		return nil, err // the caller's error counts neither way
 	}
+	op := stackOf(req.Context())
+	join(op, breakersOf, t.b) // Retry and Hedge above ask it before they wait
 	var e *circuit
 	if t.b.c.key == nil && req.URL != nil {
 		e = t.b.slot.GetURL(req.URL)
@@ -196,34 +202,30 @@ func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return t.next.RoundTrip(req)
 	}
 	if s := t.b.c.store; s != nil {
-		return t.fleetRoundTrip(req, e, s)
+		return t.fleetRoundTrip(op, req, e, s)
 	}
-	return t.circuitRoundTrip(req, e)
+	return t.circuitRoundTrip(op, req, e)
 }
 
 // circuitRoundTrip sends req through e: at once while it is closed, else
 // through gobreaker's state machine.
-func (t *breakerTransport) circuitRoundTrip(req *http.Request, e *circuit) (*http.Response, error) {
+func (t *breakerTransport) circuitRoundTrip(op *stack, req *http.Request, e *circuit) (*http.Response, error) {
 	gen := e.gen.Load()
 	if BreakerState(e.state.Load()) == BreakerClosed {
 		// The fast path: no lock, one clock read when the outcome is
 		// counted.
 		seq := e.failSeq.Load()
 		resp, err := t.next.RoundTrip(req)
-		v := t.b.judge(req, resp, err)
-		e.record(gen, v, seq)
-		if v == policy.HostFailing {
-			tellRefusal(req, e)
-		}
+		e.record(gen, t.b.judge(op, req, resp, err), seq)
 		return resp, err
 	}
-	return t.guarded(req, e)
+	return t.guarded(op, req, e)
 }
 
 // guarded sends req through a breaker that is not closed: refused while
 // its open period lasts, through gobreaker after it (which lets the
 // probes through).
-func (t *breakerTransport) guarded(req *http.Request, e *circuit) (*http.Response, error) {
+func (t *breakerTransport) guarded(op *stack, req *http.Request, e *circuit) (*http.Response, error) {
 	now := e.since()
 	if e.open(now) { // no lock for a refusal
 		return nil, refuse(req, e.refusal(now, false))
@@ -241,7 +243,7 @@ func (t *breakerTransport) guarded(req *http.Request, e *circuit) (*http.Respons
 		closed := BreakerState(e.state.Load()) == BreakerClosed // closed since the check above
 		seq := e.failSeq.Load()
 		resp, err = t.next.RoundTrip(req)
-		v := t.b.judge(req, resp, err)
+		v := t.b.judge(op, req, resp, err)
 		if closed { // counted as on the fast path; gobreaker only opens on a trip
 			e.record(gen, v, seq)
 			return struct{}{}, errBreakerExcluded
@@ -258,9 +260,6 @@ func (t *breakerTransport) guarded(req *http.Request, e *circuit) (*http.Respons
 	if !sent {
 		return nil, refuse(req, e.refusal(e.since(), errors.Is(verdict, gobreaker.ErrTooManyRequests)))
 	}
-	if BreakerState(e.state.Load()) == BreakerOpen {
-		tellRefusal(req, e)
-	}
 	return resp, err
 }
 
@@ -271,16 +270,4 @@ func refuse(req *http.Request, err *CircuitOpenError) error {
 		req.Body.Close()
 	}
 	return err
-}
-
-// tellRefusal tells the [Retry] above, when e is open, that the next
-// attempt of req's operation will be refused until its open period ends.
-func tellRefusal(req *http.Request, e *circuit) {
-	rec := opRecordOf(req.Context())
-	if rec == nil {
-		return
-	}
-	if now := e.since(); e.open(now) {
-		rec.refuse(e.refusal(now, false), e.epoch.Add(time.Duration(e.openUntil.Load())))
-	}
 }

@@ -82,4 +82,6 @@
 // Hooks ([Hooks], [SlogHooks]) observe attempts, retries, give-ups,
 // breaker changes and rate-limit waits; [AttemptFromContext] tells a
 // transport beneath Retry which attempt it is sending.
+//
+// Guides in the repository: docs/design.md (why this order), docs/deadlines.md, docs/observability.md.
 package transport

@@ -46,23 +46,21 @@ import (
 // copy is a request the server counts and the breaker judges (in [New],
 // a hedge is sent only while its host's breaker is closed; a copy that a
 // breaker beneath refuses unsent never replaces another copy's outcome).
-// A Retry just above that shares h.Budget counts the operations; the
-// Hedge then counts only its hedges.
+// With a nil h.Budget, hedges draw on the budget of a [Retry] above,
+// when it has one; a Retry above that shares h.Budget counts the
+// operations, and the Hedge then counts only its hedges.
 func Hedge(h policy.Hedge) Middleware {
-	mw, _ := hedgeMiddleware(h, budgetOf(h.Budget), true)
-	return mw
+	return hedgeMiddleware(h, budgetOf(h.Budget))
 }
 
-// hedgeMiddleware is Hedge drawing on budget; countOps says whether it
-// counts operations in it itself, which [New] leaves to the Retry above
-// it. New tunes the config it returns once the layers beneath exist.
-func hedgeMiddleware(h policy.Hedge, budget retryBudget, countOps bool) (Middleware, *hedgeConfig) {
+// hedgeMiddleware is Hedge drawing on budget when no Retry above shares
+// its own.
+func hedgeMiddleware(h policy.Hedge, budget retryBudget) Middleware {
 	c := &hedgeConfig{
 		fixed:      h.Delay,
 		floor:      h.DelayFloor(),
 		hedges:     h.Hedges(),
 		budget:     budget,
-		countOps:   countOps,
 		classify:   h.Classifier(),
 		defaultCls: h.Classify == nil,
 		bufLimit:   h.BufferLimit(),
@@ -78,16 +76,13 @@ func hedgeMiddleware(h policy.Hedge, budget retryBudget, countOps bool) (Middlew
 			t.lat = &policy.Latencies{Quantile: h.Quantile}
 		}
 		return t
-	}, c
+	}
 }
 
 type hedgeConfig struct {
 	fixed, floor time.Duration
 	hedges       int
 	budget       retryBudget
-	countOps     bool
-	refuses      func(*http.Request, time.Time) error // set by New: asks its breakers
-	idleCut      *DeadlineError                       // set by New: IdleTimeout's cut, for the failed bodies it reads
 	classify     policy.Classifier
 	defaultCls   bool
 	bufLimit     int64
@@ -102,10 +97,7 @@ type hedger struct {
 	next http.RoundTripper
 	c    *hedgeConfig
 	lat  *policy.Latencies // nil with a fixed delay
-	// opsCounted is set when the Retry just above draws on the same
-	// budget: it counts the operations, and each of its attempts through
-	// here is not one more.
-	opsCounted bool
+	own  stack             // the stack beneath, when no layer above carries one
 }
 
 func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
@@ -175,8 +167,12 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.next.RoundTrip(req)
 	}
 	start := time.Now()
-	if c.countOps && !t.opsCounted && c.budget != nil {
-		c.budget.request(req.URL, clockOf(start))
+	op, req := withStack(req, &t.own)
+	budget := c.budget
+	if rc := op.retryConfig(); rc != nil && rc.budget != nil && (budget == nil || budget == rc.budget) {
+		budget = rc.budget // the Retry above counted the operation in it
+	} else if budget != nil {
+		budget.request(req.URL, clockOf(start))
 	}
 	if !policy.SafeToResend(req, c.keyHeader) {
 		return t.next.RoundTrip(req)
@@ -206,12 +202,12 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return t.next.RoundTrip(req)
 	}
-	return t.race(req, key, &body, start, delay)
+	return t.race(op, budget, req, key, &body, start, delay)
 }
 
 // race sends the first copy, then a hedge every delay while none has
 // answered, and returns the winner.
-func (t *hedger) race(req *http.Request, key string, body *replay, start time.Time, delay time.Duration) (*http.Response, error) {
+func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key string, body *replay, start time.Time, delay time.Duration) (*http.Response, error) {
 	c := t.c
 	ctx := req.Context()
 	// Room for the copies a race usually sends, not for all that
@@ -276,7 +272,7 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 			now := time.Now()
 			// No hedge, now or later, when the copy would be refused
 			// unsent (an open breaker) or the budget is spent.
-			if refusedBeneath(c.refuses, req, now) != nil {
+			if op.hedgeRefusedAt(req, now) != nil {
 				continue
 			}
 			var b io.ReadCloser
@@ -287,7 +283,7 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 				}
 			}
 			// The budget last: a copy that cannot be sent takes nothing.
-			if c.budget != nil && !c.budget.retry(req.URL, clockOf(now)) {
+			if budget != nil && !budget.retry(req.URL, clockOf(now)) {
 				if b != nil {
 					b.Close()
 				}
@@ -379,7 +375,7 @@ func (t *hedger) acceptable(req *http.Request, r *hedgeResult) bool {
 	}
 	var problem *policy.Problem
 	if r.resp.StatusCode >= 400 {
-		problem = readProblem(r.resp, t.c.probLimit, t.c.idleCut)
+		problem = readProblem(r.resp, t.c.probLimit, stackOf(req.Context()).cut())
 	}
 	return !t.c.classify(policy.Outcome{
 		Request:  req,

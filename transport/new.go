@@ -235,7 +235,8 @@ type Hooks struct {
 //
 // with [Hedge] then [Throttle] between Retry and RateLimitAware when
 // Options.Hedge and Options.Throttle set them, and [PropagateDeadline]
-// just above base when Options.PropagateDeadline is set.
+// just above base when Options.PropagateDeadline is set. It is
+// Chain(base, Layers(o)...): see [Layers].
 //
 // The two deadline layers are shaped for what is read (see
 // Options.Timeout, AttemptTimeout and IdleTimeout): unlike a [Deadline]
@@ -256,6 +257,16 @@ func New(o Options) http.RoundTripper {
 		t.MaxResponseHeaderBytes = DefaultMaxResponseHeaderBytes
 		base = t
 	}
+	return Chain(base, Layers(o)...)
+}
+
+// Layers returns the layers of [New], outermost first, for [Chain]: a
+// stack built from them, with any RoundTripper of the caller's between
+// two of them, behaves as New does. The layers share per-host state
+// (breakers, quotas, budgets) in one table, made here; they learn of
+// each other per operation, through the request's context, never by
+// reference.
+func Layers(o Options) []Middleware {
 	on := func(l Layer) bool { return o.Disable&l == 0 }
 	h := o.Hooks
 	reg := hosts.New(hosts.Options{MaxHosts: o.RateLimit.MaxHosts}) // every layer's per-host state
@@ -278,15 +289,15 @@ func New(o Options) http.RoundTripper {
 		idle = 0
 	}
 	if timeout > 0 || idle > 0 {
-		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
-			return newBound(next, boundOperation, timeout, idle, boundTimeout, 0)
-		})
+		mws = append(mws, boundMiddleware(boundOperation, timeout, idle, boundTimeout, 0))
 	}
-	var idleCut *DeadlineError // for the failed bodies that Retry and Hedge read beneath the Timeout layer
-	if idle > 0 {
-		idleCut = &DeadlineError{Bound: boundIdle, Limit: idle}
+	var budget retryBudget // the stack's one retry budget, shared by Retry and Hedge
+	switch {
+	case o.Retry.Budget != nil:
+		budget = budgetOf(o.Retry.Budget)
+	case !o.DisableRetryBudget:
+		budget = newSharedBudget(&policy.Budget{}, reg)
 	}
-	var retry *retryConfig // tuned below, once the layers beneath exist
 	if on(LayerRetry) {
 		p := o.Retry
 		if p.IdempotencyHeader == "" {
@@ -295,50 +306,41 @@ func New(o Options) http.RoundTripper {
 		p.OnAttempt = both(p.OnAttempt, h.OnAttempt)
 		p.OnRetry = both(p.OnRetry, h.OnRetry)
 		p.OnGiveUp = both(p.OnGiveUp, h.OnGiveUp)
-		mw := Retry(p)
-		retry = mw(nil).(*retrier).c
-		retry.idleCut = idleCut
-		if p.Budget == nil && !o.DisableRetryBudget {
-			retry.budget = newSharedBudget(&policy.Budget{}, reg)
-		}
-		mws = append(mws, func(next http.RoundTripper) http.RoundTripper { return &retrier{next: orDefault(next), c: retry} })
+		mws = append(mws, retryMiddleware(p, budget))
 	}
-	var hedge *hedgeConfig // tuned below, once the layers beneath exist
 	if o.Hedge != nil {
-		var mw Middleware
-		mw, hedge = newHedge(*o.Hedge, o, retry, reg)
-		hedge.idleCut = idleCut
-		mws = append(mws, mw)
+		p := *o.Hedge
+		b := budget // Retry's, unless the caller gave the hedges their own
+		if p.Budget != nil && p.Budget != o.Retry.Budget {
+			b = budgetOf(p.Budget)
+		}
+		if p.IdempotencyHeader == "" {
+			p.IdempotencyHeader = o.Retry.IdempotencyHeader // Retry's, as documented
+		}
+		if p.IdempotencyHeader == "" {
+			p.IdempotencyHeader = o.Idempotency.HeaderName()
+		}
+		if p.Classify == nil {
+			p.Classify = o.Retry.Classify
+		}
+		p.OnHedge = both(p.OnHedge, h.OnHedge)
+		p.OnHedgeWon = both(p.OnHedgeWon, h.OnHedgeWon)
+		p.OnCopyCanceled = both(p.OnCopyCanceled, h.OnCopyCanceled)
+		mws = append(mws, hedgeMiddleware(p, b))
 	}
 	if o.Throttle != nil {
-		mw := throttleMiddleware(o.Throttle, h.OnThrottle)
-		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
-			t := mw(next).(*throttler)
-			t.checked = retry != nil
-			return t
-		})
+		mws = append(mws, throttleMiddleware(o.Throttle, h.OnThrottle))
 	}
 	if on(LayerRateLimit) {
 		r := o.RateLimit
 		r.OnWait = both(r.OnWait, h.OnRateLimitWait)
 		r.OnReject = both(r.OnReject, h.OnRateLimitReject)
-		t := ratelimit.NewTrackerOn(r, reg) // its quotas beside the breakers
-		if retry != nil {
-			retry.refuses = t.RefusedAt // no wait only to be refused by a quota
-		}
-		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
-			l := newRateLimiter(next, t)
-			l.checked = retry != nil
-			return l
-		})
+		mws = append(mws, RateLimitTracker(ratelimit.NewTrackerOn(r, reg))) // its quotas beside the breakers
 	}
 	if on(LayerBreaker) {
 		b := o.Breakers
 		if b == nil {
 			s := o.Breaker
-			if o.Throttle != nil && s.IsFailure == nil {
-				s.IsFailure = throttledIsFailure
-			}
 			if f, g := s.OnStateChange, h.OnBreakerStateChange; g != nil {
 				s.OnStateChange = g
 				if f != nil {
@@ -347,15 +349,7 @@ func New(o Options) http.RoundTripper {
 			}
 			b = newBreakers(s, reg)
 		}
-		if retry != nil {
-			retry.refuses = eitherRefuses(b.refusedAt, retry.refuses) // no wait only to be refused by a breaker
-		}
-		if hedge != nil {
-			hedge.refuses = b.hedgeRefusedAt // no copy only to be refused
-		}
-		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
-			return &breakerTransport{b: b, next: orDefault(next), checked: retry != nil}
-		})
+		mws = append(mws, b.Middleware())
 	}
 	attempt := o.AttemptTimeout
 	if !on(LayerAttemptTimeout) {
@@ -364,55 +358,18 @@ func New(o Options) http.RoundTripper {
 	// The attempt bound stays in place with no AttemptTimeout, so that
 	// WithReadBody works on any stack; with neither, it passes requests
 	// through.
-	mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
-		return newBound(next, boundHeaders, attempt, idle, boundAttempt, o.ReadBody)
-	})
+	mws = append(mws, boundMiddleware(boundHeaders, attempt, idle, boundAttempt, o.ReadBody))
 	if o.PropagateDeadline {
 		mws = append(mws, PropagateDeadline(""))
 	}
-	return Chain(base, mws...)
+	return mws
 }
 
-// newHedge is the Hedge layer of New: it shares Retry's budget (which
-// counts the operations), key header and classifier unless told otherwise.
-func newHedge(p policy.Hedge, o Options, retry *retryConfig, reg *hosts.Registry) (Middleware, *hedgeConfig) {
-	var budget retryBudget
-	countOps := true
-	switch {
-	case p.Budget == nil && retry != nil && retry.budget != nil:
-		budget, countOps = retry.budget, false
-	case p.Budget == nil && !o.DisableRetryBudget:
-		budget = newSharedBudget(&policy.Budget{}, reg)
-	case p.Budget != nil && p.Budget == o.Retry.Budget && retry != nil:
-		budget, countOps = retry.budget, false
-	default:
-		budget = budgetOf(p.Budget)
-	}
-	if p.IdempotencyHeader == "" {
-		p.IdempotencyHeader = o.Retry.IdempotencyHeader // Retry's, as documented
-	}
-	if p.IdempotencyHeader == "" {
-		p.IdempotencyHeader = o.Idempotency.HeaderName()
-	}
-	if p.Classify == nil {
-		p.Classify = o.Retry.Classify
-	}
-	p.OnHedge = both(p.OnHedge, o.Hooks.OnHedge)
-	p.OnHedgeWon = both(p.OnHedgeWon, o.Hooks.OnHedgeWon)
-	p.OnCopyCanceled = both(p.OnCopyCanceled, o.Hooks.OnCopyCanceled)
-	return hedgeMiddleware(p, budget, countOps)
-}
-
-// eitherRefuses returns a refusal check that asks f, then g (when set).
-func eitherRefuses(f, g func(*http.Request, time.Time) error) func(*http.Request, time.Time) error {
-	if g == nil {
-		return f
-	}
-	return func(req *http.Request, at time.Time) error {
-		if err := f(req, at); err != nil {
-			return err
-		}
-		return g(req, at)
+// boundMiddleware returns a middleware that bounds what is beneath it
+// (see [bound]).
+func boundMiddleware(mode boundMode, d, idle time.Duration, name string, readMax int64) Middleware {
+	return func(next http.RoundTripper) http.RoundTripper {
+		return newBound(orDefault(next), mode, d, idle, name, readMax)
 	}
 }
 

@@ -60,21 +60,19 @@ func newRateLimiter(next http.RoundTripper, t *ratelimit.Tracker) *rateLimiter {
 }
 
 type rateLimiter struct {
-	next    http.RoundTripper
-	t       *ratelimit.Tracker
-	checked bool // a Retry above checks every body (New): no need to here
+	next http.RoundTripper
+	t    *ratelimit.Tracker
 }
 
 // RoundTrip reserves the request's place in its host's quotas, sends the
 // request, and settles the reservation with the response, or cancels it
 // when the request never reached the server.
 func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !l.checked {
-		var err error
-		if req, err = checkCaller(req, false); err != nil {
-			return nil, err // the caller's error uses no quota
-		}
+	req, err := checkCaller(req, false)
+	if err != nil {
+		return nil, err // the caller's error uses no quota
 	}
+	join(stackOf(req.Context()), trackerOf, l.t) // Retry above asks it before it waits
 	res, err := l.t.Reserve(req)
 	if err != nil {
 		if req.Body != nil {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -80,6 +81,11 @@ const drainLimit = 256 << 10
 // [policy.Reason]), and wraps the last cause, so errors.Is(err,
 // context.DeadlineExceeded) keeps working through [http.Client].
 func Retry(p policy.Retry) Middleware {
+	return retryMiddleware(p, budgetOf(p.Budget))
+}
+
+// retryMiddleware is Retry drawing on budget, nil for none.
+func retryMiddleware(p policy.Retry, budget retryBudget) Middleware {
 	defaultCls := p.Classify == nil
 	p = p.WithDefaults()
 	c := &retryConfig{
@@ -89,15 +95,12 @@ func Retry(p policy.Retry) Middleware {
 		bufLimit:   p.MaxBufferedBody,
 		probLimit:  p.MaxProblemBody,
 		keyHeader:  http.CanonicalHeaderKey(p.IdempotencyHeader),
-		budget:     budgetOf(p.Budget),
+		budget:     budget,
 		onAttempt:  p.OnAttempt,
 		onRetry:    p.OnRetry,
 		onGiveUp:   p.OnGiveUp,
 	}
 	return func(next http.RoundTripper) http.RoundTripper {
-		if h, ok := next.(*hedger); ok && c.budget != nil && h.c.budget == c.budget {
-			h.opsCounted = true // one Budget: its operations are counted here
-		}
 		return &retrier{next: orDefault(next), c: c}
 	}
 }
@@ -110,8 +113,6 @@ type retryConfig struct {
 	probLimit  int64
 	keyHeader  string
 	budget     retryBudget
-	refuses    func(*http.Request, time.Time) error // set by New: asks its breakers and its quota tracker
-	idleCut    *DeadlineError                       // set by New: IdleTimeout's cut, for the failed bodies it reads
 	onAttempt  func(policy.AttemptEvent)
 	onRetry    func(policy.RetryEvent)
 	onGiveUp   func(policy.GiveUpEvent)
@@ -120,6 +121,7 @@ type retryConfig struct {
 type retrier struct {
 	next http.RoundTripper
 	c    *retryConfig
+	own  stack // the stack beneath, when no layer above carries one
 }
 
 func (t *retrier) CloseIdleConnections() { closeIdle(t.next) }
@@ -138,26 +140,39 @@ type RetryError struct {
 	Refusal error
 }
 
-// Error says what ended the operation: "transport: giving up after 2
-// attempts (retry budget spent): <last error>". When a layer beneath
-// would refuse the next attempt, it names the refusal instead of the last
-// error: "transport: giving up after 2 attempts: next attempt refused:
-// transport: circuit open for ...".
+// Error says what ended the operation, in one format: "transport:
+// giving up after 2 attempts (retry budget spent): <last error>", or
+// "transport: not sent (circuit open): <refusal>" when nothing was sent.
+// When a layer beneath would refuse the next attempt, it names that
+// refusal instead of the last error.
 func (e *RetryError) Error() string {
+	var b strings.Builder
+	b.WriteString("transport: ")
 	if e.Attempts == 0 {
-		return "transport: not sent (" + string(e.Reason) + "): " + e.Err.Error()
+		b.WriteString("not sent")
+	} else {
+		b.WriteString("giving up after ")
+		b.WriteString(strconv.Itoa(e.Attempts))
+		b.WriteString(" attempt")
+		if e.Attempts != 1 {
+			b.WriteString("s")
+		}
 	}
-	head := "transport: giving up after " + strconv.Itoa(e.Attempts) + " attempt"
-	if e.Attempts != 1 {
-		head += "s"
+	if e.Reason != "" && (e.Reason != policy.ReasonAttemptsUsed || e.Attempts == 0) {
+		b.WriteString(" (")
+		b.WriteString(string(e.Reason))
+		b.WriteString(")")
 	}
+	cause := e.Err
 	if e.Refusal != nil {
-		return head + ": " + string(e.Reason) + ": " + e.Refusal.Error()
+		cause = e.Refusal
 	}
-	if e.Reason == "" || e.Reason == policy.ReasonAttemptsUsed {
-		return head + ": " + e.Err.Error()
+	if cause != nil {
+		b.WriteString(": ")
+		// The cause's own "transport: " is said once already.
+		b.WriteString(strings.TrimPrefix(cause.Error(), "transport: "))
 	}
-	return head + " (" + string(e.Reason) + "): " + e.Err.Error()
+	return b.String()
 }
 
 // Unwrap returns the last attempt's error and, when there is one, the
@@ -217,30 +232,46 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, &RetryError{Reason: policy.ReasonCallerError, Err: err}
 		}
-		if c.budget != nil { // an operation still, and a Hedge beneath may share the budget
+		s := stackOf(r.Context())
+		if s == nil && c.budget != nil { // an operation still, and a Hedge beneath may share the budget
+			s, r = withStack(r, &t.own)
+		}
+		join(s, retryOf, c)
+		if c.budget != nil {
 			c.budget.request(req.URL, startOf(req.Context()))
 		}
 		if r.GetBody != nil && !policy.SafeToResend(req, c.keyHeader) {
 			r = withoutGetBody(r, r != req)
 		}
-		return t.next.RoundTrip(r)
+		resp, err := t.next.RoundTrip(r)
+		if err == nil && resp != nil && resp.StatusCode < 400 {
+			return resp, nil
+		}
+		if resp == nil && err == nil {
+			err = errNilResponse
+		}
+		step := policy.Step{Reason: policy.ReasonAttemptsUsed}
+		if policy.IsCallerError(r, err) {
+			step.Reason = policy.ReasonCallerError
+		}
+		return t.end(nil, req, 1, 0, resp, err, step)
 	}
-	ctx := req.Context()
 	safe := policy.SafeToResend(req, c.keyHeader)
+	// base is what each attempt copies: the caller's request, or a copy
+	// whose context carries the operation, or tells whether a
+	// connection was made, for a request that may be sent again only if
+	// none was.
+	st, base, rec := t.stackOf(req) // rec: the operation's record, from the second attempt on
+	join(st, retryOf, c)            // a Hedge beneath draws on the same budget
+	ctx := base.Context()
 	if c.budget != nil {
 		c.budget.request(req.URL, startOf(ctx))
 	}
-	// base is what each attempt copies: the caller's request, or a copy
-	// whose context tells whether a connection was made, for a request
-	// that may be sent again only if none was.
-	var (
-		base  = req
-		watch *connWatch
-	)
+	var watch *connWatch
 	if !safe {
 		if c.attempts > 1 {
 			watch = newConnWatch()
-			base = req.WithContext(httptrace.WithClientTrace(ctx, &watch.trace))
+			base = base.WithContext(httptrace.WithClientTrace(ctx, &watch.trace))
 		}
 		// Every attempt goes without GetBody: see withoutGetBody.
 		if base.GetBody != nil {
@@ -250,10 +281,10 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 
 	var (
-		resp *http.Response
-		prev time.Duration
-		r    = base
-		rec  *opRecord // what layers beneath say, from the second attempt on
+		resp   *http.Response
+		prev   time.Duration
+		waited time.Duration
+		r      = base
 	)
 	if body.first != nil {
 		r = body.firstRequest(base)
@@ -278,11 +309,15 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			c.onAttempt(attemptEvent(req, n, resp, err, time.Since(start)))
 		}
 		if err == nil && resp.StatusCode < 400 && c.defaultCls {
+			if rec != nil {
+				rec.attempts, rec.reason, rec.waited = n, "", waited
+			}
 			return resp, nil // success: the fast path
 		}
+		idleCut := st.cut()
 		var problem *policy.Problem
 		if err == nil && ctx.Err() == nil {
-			problem = readProblem(resp, c.probLimit, c.idleCut)
+			problem = readProblem(resp, c.probLimit, idleCut)
 		}
 		now := time.Now()
 		s := policy.State{
@@ -304,24 +339,27 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if dl, ok := ctx.Deadline(); ok {
 			s.Deadline = dl
 		}
-		attempt, record := r, rec // not r and rec themselves: a closure over them would move them to the heap on every call
-		s.Refused = func(at time.Time) error { return t.refusal(record, attempt, at) }
+		attempt := r // not r itself: a closure over it would move it to the heap on every call
+		s.Refused = func(at time.Time) error { return st.refusedAt(attempt, at) }
 		if c.budget != nil {
 			s.Budget = func() bool { return c.budget.retry(req.URL, clockOf(now)) }
 		}
 		step := c.p.Next(s)
 		if !step.Retry {
-			return t.giveUp(req, n, resp, err, step)
+			return t.end(rec, req, n, waited, resp, err, step)
 		}
-		next, gerr := body.request(recorded(&rec, base), n+1)
+		if rec == nil {
+			base = record(&rec, base, nil)
+		}
+		next, gerr := body.request(base, n+1)
 		if gerr != nil { // GetBody failed: no further attempt can be made
-			return t.giveUp(req, n, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
+			return t.end(rec, req, n, waited, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
 		}
 		if c.onRetry != nil {
 			c.onRetry(policy.RetryEvent{Request: req, Attempt: n + 1, Wait: step.Wait, Reason: step.Decision.Reason, Status: status(resp), Err: err})
 		}
 		if resp != nil {
-			drain(watchIdle(resp.Body, c.idleCut))
+			drain(watchIdle(resp.Body, idleCut))
 		}
 		// The wait runs from the decision, which found that it ends
 		// inside the deadline: the time spent since (draining a slow
@@ -334,14 +372,49 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			if errors.Is(serr, context.Canceled) {
 				reason = policy.ReasonCanceled
 			}
-			return t.giveUp(req, n, nil, serr, policy.Step{Reason: reason})
+			return t.end(rec, req, n, waited+time.Since(now), nil, serr, policy.Step{Reason: reason})
 		}
+		waited += time.Since(now)
 		if r, err = checkBody(next, true); err != nil {
 			closeBody(next)
-			return t.giveUp(req, n, nil, err, policy.Step{Reason: policy.ReasonCallerError})
+			return t.end(rec, req, n, waited, nil, err, policy.Step{Reason: policy.ReasonCallerError})
 		}
 		prev = step.Wait
 	}
+}
+
+// stackOf returns the stack of req's operation and req with it, with
+// the operation's record when t made both: when no layer above carries a
+// stack, the layers beneath meet in t.own.
+func (t *retrier) stackOf(req *http.Request) (*stack, *http.Request, *opRecord) {
+	if st := stackOf(req.Context()); st != nil {
+		return st, req, nil
+	}
+	var rec *opRecord
+	base := record(&rec, req, &t.own)
+	return &t.own, base, rec
+}
+
+// end ends an operation after n attempts (the last refused unsent, when
+// its error is a layer's refusal) as step says: it records the outcome in
+// the operation's record rec, for [OperationOf], and hands it to giveUp.
+func (t *retrier) end(rec *opRecord, req *http.Request, n int, waited time.Duration, resp *http.Response, err error, step policy.Step) (*http.Response, error) {
+	if refusal, ok := policy.RefusedBy(err); ok {
+		n, step.Reason = n-1, refusal // refused unsent: not an attempt
+	} else if step.Reason == policy.ReasonCallerError {
+		n = 0 // nothing could be sent
+	}
+	if resp != nil && resp.Request != nil && rec == nil {
+		// The first attempt's response: its request gets the record.
+		resp.Request = record(&rec, resp.Request, nil)
+	}
+	if rec != nil {
+		rec.attempts, rec.reason, rec.waited = n, step.Reason, waited
+		if resp != nil && resp.StatusCode < 400 {
+			rec.reason = ""
+		}
+	}
+	return t.giveUp(req, n, resp, err, step)
 }
 
 // giveUp ends an operation as step says: it reports the outcome to

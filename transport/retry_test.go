@@ -652,6 +652,9 @@ func TestRetryConcurrent(t *testing.T) {
 	})
 }
 
+// The first attempt sends the caller's body itself, unread and not
+// copied, with its GetBody; under a layer that carries the operation's
+// stack (a Deadline, New's Timeout) it is the caller's request itself.
 func TestRetryFirstAttemptPassesRequestThrough(t *testing.T) {
 	var got *http.Request
 	base := Func(func(r *http.Request) (*http.Response, error) {
@@ -663,8 +666,20 @@ func TestRetryFirstAttemptPassesRequestThrough(t *testing.T) {
 		if _, err := Chain(base, Retry(policy.Retry{})).RoundTrip(req); err != nil {
 			t.Fatal(err)
 		}
-		if got != req {
-			t.Errorf("body %T: first attempt was a copy, want the request itself", body)
+		if got.Body != req.Body || (got.GetBody == nil) != (req.GetBody == nil) {
+			t.Errorf("body %T: first attempt body %T (GetBody set %v), want the caller's %T (GetBody set %v)",
+				body, got.Body, got.GetBody != nil, req.Body, req.GetBody != nil)
+		}
+		inner := Func(func(r *http.Request) (*http.Response, error) {
+			resp, err := Chain(base, Retry(policy.Retry{})).RoundTrip(r)
+			if got != r {
+				t.Errorf("body %T under a Deadline: first attempt was a copy, want the request itself", body)
+			}
+			return resp, err
+		})
+		req, _ = http.NewRequest("PUT", "http://x.test/", body)
+		if _, err := Chain(inner, Deadline(time.Minute)).RoundTrip(req); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

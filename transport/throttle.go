@@ -37,6 +37,10 @@ func (e *ThrottleError) Is(target error) bool { return target == ErrThrottled }
 // trying again at once would defeat it.
 func (e *ThrottleError) Retriable() bool { return false }
 
+// RefusedBy returns "throttled": the request was shed unsent (see
+// [policy.Refusal]).
+func (e *ThrottleError) RefusedBy() string { return string(policy.ReasonThrottled) }
+
 // ThrottleEvent describes a request that a [Throttle] rejected.
 type ThrottleEvent struct {
 	Request     *http.Request // the rejected request
@@ -77,7 +81,7 @@ type throttler struct {
 	next     http.RoundTripper
 	t        *policy.Throttle
 	onReject func(ThrottleEvent)
-	checked  bool // a Retry above checks every body (New): no need to here
+	own      stack // the stack beneath, when no layer above carries one
 }
 
 func (t *throttler) CloseIdleConnections() { closeIdle(t.next) }
@@ -86,11 +90,13 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil {
 		return t.next.RoundTrip(req)
 	}
-	if !t.checked {
-		var err error
-		if req, err = checkCaller(req, false); err != nil {
-			return nil, err // the caller's error counts neither way
-		}
+	req, err := checkCaller(req, false)
+	if err != nil {
+		return nil, err // the caller's error counts neither way
+	}
+	op, req := withStack(req, &t.own)
+	if !op.throttled.Load() {
+		op.throttled.Store(true) // a Breaker beneath leaves overload to this layer
 	}
 	key := HostKey(req)
 	if ok, p := t.t.Allow(key, time.Now()); !ok {
