@@ -19,9 +19,9 @@
 // outcome is kept, 5xx included, and a response too large to keep leaves
 // the key spent. A handler that did nothing says so with [NothingDone],
 // and only then is the key released for a retry. Responses live in a
-// [Store]: [MemoryStore]
-// for one process, or a shared store (Redis, a database) that implements
-// the three-method interface, one round trip each.
+// [Store]: [MemoryStore] for one process, or a shared store (Redis, a
+// database) that implements the three-method interface, one round trip
+// each.
 //
 // A server can also see how long its caller will wait: [DeadlineHandler]
 // reads the caller's time left from the Request-Timeout header (which the
