@@ -271,7 +271,7 @@ func runDeployScenario(t *testing.T, sc deployScenario) []deployRow {
 			tl := tallies[ci][ki]
 			rows = append(rows, deployRow{sc.name, cl.name, kind.name, tl})
 			if len(tl.errs) > 0 {
-				t.Logf("%s, %s: failures: %s", cl.name, kind.name, errSummary(tl.errs))
+				t.Logf("%s, %s, %s: failures: %s", sc.name, cl.name, kind.name, errSummary(tl.errs))
 			}
 		}
 		if bare.ops == 0 || stack.ops == 0 {
