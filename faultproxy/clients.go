@@ -1,6 +1,7 @@
 package faultproxy
 
 import (
+	"math"
 	"net/http"
 	"time"
 
@@ -83,4 +84,31 @@ func Bare() Client {
 		}
 		return do, c.CloseIdleConnections
 	}}
+}
+
+// NetHTTP is no kit at all: an http.Client over a clone of
+// http.DefaultTransport, with no retry loop, and the run's attempt limit
+// as its Timeout, as sturdy has it (AttemptTimeout). The suite's
+// differential compares sturdy with it: under every fault, sturdy may
+// fail no more operations than this client (see [Allowed]).
+func NetHTTP() Client {
+	return Client{Name: "net/http", Bare: true, New: func(s Settings) (Doer, func()) {
+		c := &http.Client{Timeout: s.Attempt, Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		return c.Do, c.CloseIdleConnections
+	}}
+}
+
+// Allowed is how many of n operations sturdy may fail in a phase where
+// the plain net/http client ([NetHTTP]) failed bareFailed of bareOps.
+// Faults are random, so each client's failures are a count of rare
+// events, about Poisson at the bare client's rate: sturdy may fail what
+// the bare client would at that rate, plus three standard deviations,
+// plus 2, so that a fault the bare client happened to miss (toxiproxy
+// picks the connections it hits at random) does not fail the suite.
+func Allowed(bareFailed, bareOps, n int) float64 {
+	if bareOps == 0 {
+		return math.Inf(1)
+	}
+	expected := float64(bareFailed) / float64(bareOps) * float64(n)
+	return expected + 3*math.Sqrt(expected) + 2
 }

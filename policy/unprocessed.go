@@ -13,7 +13,8 @@ type Unprocessed struct {
 	// Proto is the protocol the outcome belongs to: "HTTP/1.1" or "HTTP/2".
 	Proto string
 	// Text is net/http's error text, as its Error method returns it; a
-	// '%d' stands for a stream ID, the one part that varies.
+	// '%d' stands for a stream ID, a '%s' at its end for the text of the
+	// error it wraps: the parts that vary.
 	Text string
 	// Why says what in net/http's source makes the outcome a proof.
 	Why string
@@ -56,6 +57,13 @@ var unprocessedTable = [...]Unprocessed{
 		Text:  "net/http: cannot rewind body after connection loss",
 		Why: "net/http rewinds a body without GetBody only after finding no usable HTTP/2 connection, " +
 			"and goes on to do so only after steps that sent nothing (a connection found unusable before its stream opened)",
+	},
+	{
+		Name:  "idle connection broken",
+		Proto: "HTTP/1.1",
+		Text:  "readLoopPeekFailLocked: %s",
+		Why: "net/http read an error (a reset) on an idle connection, and closed it, before it queued the request: " +
+			"no byte of the request can have been written",
 	},
 	{
 		Name:  "server closed idle connection",
@@ -112,8 +120,12 @@ func matchUnprocessed(s string) (Unprocessed, bool) {
 }
 
 // matchText reports whether s is pattern with its one '%d' (if any)
-// replaced by a decimal number of 1 to 10 digits.
+// replaced by a decimal number of 1 to 10 digits, or its trailing '%s'
+// by any text.
 func matchText(pattern, s string) bool {
+	if prefix, ok := strings.CutSuffix(pattern, "%s"); ok {
+		return strings.HasPrefix(s, prefix)
+	}
 	before, after, ok := strings.Cut(pattern, "%d")
 	if !ok {
 		return s == pattern

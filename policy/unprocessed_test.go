@@ -20,6 +20,8 @@ func TestNotProcessed(t *testing.T) {
 		{"refused, long stream ID", errors.New("http2: Transport: cannot retry err [stream error: stream ID 2147483647; REFUSED_STREAM; received from peer] after Request.Body was written; define Request.GetBody to avoid this error"), "REFUSED_STREAM"},
 		{"cannot rewind", errors.New("net/http: cannot rewind body after connection loss"), "cannot rewind body"},
 		{"closed idle", errors.New("http: server closed idle connection"), "server closed idle connection"},
+		{"idle reset", fmt.Errorf("readLoopPeekFailLocked: %w", errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer")), "idle connection broken"},
+		{"idle, unsolicited bytes", errors.New("readLoopPeekFailLocked: %!w(<nil>)"), "idle connection broken"},
 		{"wrapped with %w", fmt.Errorf("transport: giving up: %w", errors.New("http: server closed idle connection")), "server closed idle connection"},
 		{"in a url.Error", &url.Error{Op: "Post", URL: "http://a", Err: errors.New(goAway)}, "graceful GOAWAY"},
 		{"in a join", errors.Join(errors.New("other"), errors.New(refused)), "REFUSED_STREAM"},
@@ -33,6 +35,7 @@ func TestNotProcessed(t *testing.T) {
 		{"goaway, connection closed", errors.New("http2: server sent GOAWAY and closed the connection; LastStreamID=1, ErrCode=NO_ERROR, debug=\"\""), ""},
 		{"text inside a longer message", fmt.Errorf("proxy: http: server closed idle connection"), ""},
 		{"eof", errors.New("EOF"), ""},
+		{"peek failure inside a longer message", errors.New("proxy: readLoopPeekFailLocked: EOF"), ""},
 		{"broken connection", errors.New("net/http: HTTP/1.x transport connection broken: write: broken pipe"), ""},
 	}
 	for _, tt := range tests {

@@ -2,7 +2,9 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -103,10 +105,10 @@ func h2GoAwayOnReuse(useTLS bool) func(*testing.T, func(http.RoundTripper) http.
 	}
 }
 
-// h1ClosedOnReuse: the server closes an idle HTTP/1.1 connection, and the
-// client reads the close, between its taking the connection from the pool
-// and sending the request on it.
-func h1ClosedOnReuse(useTLS bool) func(*testing.T, func(http.RoundTripper) http.RoundTripper, newPost) (int, error, int64) {
+// h1ClosedOnReuse: the server closes an idle HTTP/1.1 connection (with
+// reset, abortively: a TCP RST), and the client reads the close, between
+// its taking the connection from the pool and sending the request on it.
+func h1ClosedOnReuse(useTLS, reset bool) func(*testing.T, func(http.RoundTripper) http.RoundTripper, newPost) (int, error, int64) {
 	return func(t *testing.T, wrap func(http.RoundTripper) http.RoundTripper, post newPost) (int, error, int64) {
 		var acted atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -115,11 +117,22 @@ func h1ClosedOnReuse(useTLS bool) func(*testing.T, func(http.RoundTripper) http.
 				acted.Add(1)
 			}
 		})
-		var srv *httptest.Server
+		srv := httptest.NewUnstartedServer(h)
+		var (
+			mu    sync.Mutex
+			conns []net.Conn
+		)
+		srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+		}
 		if useTLS {
-			srv = httptest.NewTLSServer(h)
+			srv.StartTLS()
 		} else {
-			srv = httptest.NewServer(h)
+			srv.Start()
 		}
 		t.Cleanup(srv.Close)
 		base := srv.Client().Transport.(*http.Transport).Clone()
@@ -127,7 +140,19 @@ func h1ClosedOnReuse(useTLS bool) func(*testing.T, func(http.RoundTripper) http.
 		base.Protocols.SetHTTP1(true)
 		t.Cleanup(base.CloseIdleConnections)
 		status, err := onReuse(wrap(base), srv.URL, post, func(info httptrace.GotConnInfo) {
-			srv.CloseClientConnections()
+			if reset {
+				mu.Lock()
+				for _, c := range conns {
+					if tc, ok := c.(*tls.Conn); ok {
+						c = tc.NetConn()
+					}
+					c.(*net.TCPConn).SetLinger(0)
+					c.Close()
+				}
+				mu.Unlock()
+			} else {
+				srv.CloseClientConnections()
+			}
 			// Wait for the client to read the close: its read loop then
 			// closes the connection, which a deadline can no longer be
 			// set on.
@@ -158,8 +183,12 @@ var unprocessedPins = map[string][]provocation{
 		{"h2c", h2GoAwayOnReuse(false)},
 	},
 	"server closed idle connection": {
-		{"HTTP/1.1", h1ClosedOnReuse(false)},
-		{"HTTP/1.1+TLS", h1ClosedOnReuse(true)},
+		{"HTTP/1.1", h1ClosedOnReuse(false, false)},
+		{"HTTP/1.1+TLS", h1ClosedOnReuse(true, false)},
+	},
+	"idle connection broken": {
+		{"HTTP/1.1", h1ClosedOnReuse(false, true)},
+		{"HTTP/1.1+TLS", h1ClosedOnReuse(true, true)},
 	},
 }
 
