@@ -149,7 +149,7 @@ func TestFaultProxyPhases(t *testing.T) {
 				failed := map[string]Summary{}
 				defer func() {
 					st, bare := failed[Sturdy().Name], failed[NetHTTP().Name]
-					if allowed := Allowed(bare.Ops-bare.OK, bare.Ops, st.Ops); float64(st.Ops-st.OK) > allowed {
+					if allowed := Allowed(st.Ops-st.OK, st.Ops, bare.Ops-bare.OK, bare.Ops); float64(st.Ops-st.OK) > allowed {
 						t.Errorf("sturdy failed %d of %d operations, plain net/http %d of %d: more than the %.1f allowed",
 							st.Ops-st.OK, st.Ops, bare.Ops-bare.OK, bare.Ops, allowed)
 					}
