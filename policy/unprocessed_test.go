@@ -64,3 +64,18 @@ func TestUnprocessedIsDidNotAct(t *testing.T) {
 		t.Errorf("DefaultClassifier(PROTOCOL_ERROR reset) = %+v, want no DidNotAct", d)
 	}
 }
+
+func TestUnprocessedSaysNothingOfTheHost(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want HostVerdict
+	}{
+		{errors.New("http: server closed idle connection"), HostIgnored},
+		{errors.New("http2: Transport: cannot retry err [http2: Transport received Server's graceful shutdown GOAWAY] after Request.Body was written; define Request.GetBody to avoid this error"), HostIgnored},
+		{errors.New("http2: Transport: cannot retry err [stream error: stream ID 1; PROTOCOL_ERROR; received from peer] after Request.Body was written; define Request.GetBody to avoid this error"), HostFailing},
+	} {
+		if got := Judge(Outcome{Err: tt.err}).Host; got != tt.want {
+			t.Errorf("Judge(%q).Host = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
