@@ -104,8 +104,11 @@ func NetHTTP() Client {
 // the connections it hits), so the two counts differ by chance alone. It
 // is a two-sample test: under the hypothesis that both clients fail at
 // one rate, estimated from both counts, sturdy's excess over the bare
-// client's rate (scaled to n) stays within three standard deviations of
-// that difference; 1 more absorbs the rounding of small counts.
+// client's rate (scaled to n) stays within four standard deviations of
+// that difference; 1 more absorbs the rounding of small counts. Four, not
+// three: the suite makes 16 such comparisons per run, and toxiproxy deals
+// its toxics per connection, several requests each, so failures come in
+// clusters that spread the counts wider than the binomial model says.
 func Allowed(failed, n, bareFailed, bareOps int) float64 {
 	if bareOps == 0 || n == 0 {
 		return math.Inf(1)
@@ -113,5 +116,5 @@ func Allowed(failed, n, bareFailed, bareOps int) float64 {
 	expected := float64(bareFailed) / float64(bareOps) * float64(n)
 	p := float64(failed+bareFailed) / float64(n+bareOps)
 	sd := math.Sqrt(p * (1 - p) * (float64(n) + float64(n)*float64(n)/float64(bareOps)))
-	return expected + 3*sd + 1
+	return expected + 4*sd + 1
 }

@@ -298,13 +298,18 @@ func runDeployScenario(t *testing.T, sc deployScenario) []deployRow {
 // two counts differ by chance alone. It is a two-sample test: under the
 // hypothesis that both clients fail at one rate, estimated from both
 // counts, the stack's excess over the bare client's rate (scaled to its
-// own count) stays within three standard deviations of that difference;
-// 1 more absorbs the rounding of small counts.
+// own count) stays within four standard deviations of that difference;
+// 1 more absorbs the rounding of small counts. Four, not three: the suite
+// makes 18 such comparisons per run, and failures come in clusters (one
+// restart closes several connections at once), which spreads the counts
+// wider than the binomial model says. The stack's losses before net/http's
+// safe replays were restored (36 of 492 against 0 of 482, 33 of 1,047
+// against 0 of 1,094, under -race) are still well past the bound.
 func deployAllowed(stack, bare deployTally) float64 {
 	n, m := float64(stack.ops), float64(bare.ops)
 	expected := float64(bare.failed) / m * n
 	p := float64(stack.failed+bare.failed) / (n + m)
-	return expected + 3*math.Sqrt(p*(1-p)*(n+n*n/m)) + 1
+	return expected + 4*math.Sqrt(p*(1-p)*(n+n*n/m)) + 1
 }
 
 func errSummary(errs map[string]int) string {
