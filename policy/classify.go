@@ -95,6 +95,9 @@ type RetriableError interface {
 //   - An attempt that never made a connection (a failed dial, refused,
 //     a TLS handshake that failed or timed out: [Outcome].NotConnected)
 //     is retried, and the server did not act on it.
+//   - So is an outcome in which net/http proves that the server did not
+//     process the request ([NotProcessed]: a graceful GOAWAY, REFUSED_STREAM,
+//     an idle connection the server closed before the request was sent).
 //   - Other network errors, attempt timeouts included, are retried; the
 //     server may have acted.
 //   - A response below 400 is final: a success is never retried.
@@ -214,6 +217,9 @@ func classifyError(o Outcome) Decision {
 			reason = "dial error"
 		}
 		return Decision{Retry: true, DidNotAct: true, Reason: reason}
+	}
+	if row, ok := NotProcessed(err); ok {
+		return Decision{Retry: true, DidNotAct: true, Reason: "not processed: " + row.Name}
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return Decision{Retry: true, Reason: "attempt timeout"}

@@ -34,7 +34,8 @@ type Verdict struct {
 //
 // The outcome says nothing of the host (HostIgnored) when the caller
 // ended the attempt, when the request could not be sent as written
-// ([IsCallerError]), or when a layer refused it unsent. Otherwise an
+// ([IsCallerError]), when a layer refused it unsent, or when net/http
+// proves the server did not process it ([NotProcessed]). Otherwise an
 // error, or a 5xx, is HostFailing, and any other response, 4xx
 // included, is HostHealthy: a 429 comes from a host that is up and
 // answering, and is for rate limiting to handle, not for a breaker.
@@ -67,6 +68,9 @@ func judgeFailure(o *Outcome) Verdict {
 		v.Sent = v.Refusal == "" && !caller && !notConnected(o)
 		if o.CallerEnded || errors.Is(err, context.Canceled) || caller || v.Refusal != "" {
 			return v // HostIgnored
+		}
+		if _, ok := NotProcessed(err); ok {
+			return v // HostIgnored: a server draining its connections for a deploy is not failing
 		}
 		v.Host = HostFailing
 		return v

@@ -28,6 +28,17 @@ const drainLimit = 256 << 10
 // A request is sent again only when that is safe: its method is
 // idempotent, it carries an idempotency key, or the outcome proves the
 // server did not act on it (no connection, a 429, x-should-retry: true).
+// Attempts of other requests carry no GetBody, so that net/http never
+// replays them after an HTTP/2 PROTOCOL_ERROR reset, which proves
+// nothing. Its safe replays Retry makes itself: after an outcome that
+// proves the server did not process the request ([policy.NotProcessed]:
+// REFUSED_STREAM, a stream above a graceful GOAWAY's last one, an idle
+// connection the server closed), it sends the request again at once.
+// Such a resend is free, as net/http's would be: it does not count
+// against MaxAttempts, waits for no backoff and spends no budget. At most
+// 3 are made per operation; with MaxAttempts 1, only a body that is
+// empty or has GetBody goes again.
+//
 // A request that cannot be sent as written is the caller's error: it
 // fails at once and is never retried.
 //
@@ -191,7 +202,11 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			return t.giveUp(req, 0, nil, err, policy.Step{Reason: policy.ReasonCallerError})
 		}
 		defer body.finish()
-	} else if c.onAttempt == nil && c.onGiveUp == nil {
+	} else if c.onAttempt != nil || c.onGiveUp != nil {
+		// No copy of the body is kept, but a free resend can have it
+		// again when it is empty or the caller can make it again.
+		body = replay{none: req.Body == nil || req.Body == http.NoBody, get: req.GetBody}
+	} else {
 		r, err := checkBody(req, false)
 		if err != nil {
 			closeBody(req)
@@ -209,6 +224,18 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			r = withoutGetBody(r, r != req)
 		}
 		resp, err := t.next.RoundTrip(r)
+		if err != nil {
+			// The caller's own body, if it can be had again: see freeResend.
+			b := replay{none: req.Body == nil || req.Body == http.NoBody, get: req.GetBody, noGetBody: r.GetBody == nil}
+			for free := 0; free < maxFreeResends; free++ {
+				again := freeResend(req.Context(), &b, r, 1, err)
+				if again == nil {
+					break
+				}
+				r = again
+				resp, err = t.next.RoundTrip(r)
+			}
+		}
 		if err == nil && resp != nil && resp.StatusCode < 400 {
 			return resp, nil
 		}
@@ -250,6 +277,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		prev   time.Duration
 		waited time.Duration
 		r      = base
+		free   int // free resends made: see freeResend
 	)
 	if body.first != nil {
 		r = body.firstRequest(base)
@@ -272,6 +300,17 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if c.onAttempt != nil {
 			c.onAttempt(attemptEvent(req, n, resp, err, time.Since(start)))
+		}
+		if err != nil && free < maxFreeResends {
+			if again := freeResend(ctx, &body, base, n, err); again != nil {
+				if resp != nil && resp.Body != nil { // a response and an error both: a broken RoundTripper
+					resp.Body.Close()
+				}
+				free++
+				r = again
+				n-- // the same attempt again: a free resend is not counted
+				continue
+			}
 		}
 		if err == nil && resp.StatusCode < 400 && c.defaultCls {
 			if rec != nil {
@@ -420,6 +459,40 @@ func withoutGetBody(r *http.Request, own bool) *http.Request {
 	}
 	r.GetBody = nil
 	return r
+}
+
+// maxFreeResends bounds the free resends of one operation (see
+// freeResend): a server that refuses every stream is not asked forever,
+// and its outcome then goes to the policy like any other.
+const maxFreeResends = 3
+
+// freeResend returns the request to send again at once, as the same
+// attempt, after err: nil unless err proves that the server did not
+// process the request ([policy.NotProcessed]) and body can be given
+// again. net/http would have made this replay itself, had the attempt
+// carried GetBody: it returns such an error only when it made none, so
+// the request goes again once, never twice. base is what the attempt
+// copies; n is its number.
+func freeResend(ctx context.Context, body *replay, base *http.Request, n int, err error) *http.Request {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if _, ok := policy.NotProcessed(err); !ok {
+		return nil
+	}
+	if !body.none && body.get == nil {
+		return nil
+	}
+	r, gerr := body.request(base, n)
+	if gerr != nil {
+		return nil
+	}
+	checked, gerr := checkBody(r, true)
+	if gerr != nil {
+		closeBody(r)
+		return nil
+	}
+	return checked
 }
 
 // closeBody closes r's body, as a RoundTripper must even when it sends
