@@ -103,6 +103,18 @@ type hedger struct {
 
 func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
 
+type hedgeCopyKey struct{}
+
+// HedgeCopyFromContext returns which copy of a hedged request a request
+// is, as set by [Hedge] on each copy's context: 1 for the first copy, 2
+// for the first hedge, and so on; 0 for a request that no hedge race
+// sent. RoundTrippers beneath Hedge, such as a tracing transport, can
+// use it; a copy's attempt is [AttemptFromContext].
+func HedgeCopyFromContext(ctx context.Context) int {
+	n, _ := ctx.Value(hedgeCopyKey{}).(int)
+	return n
+}
+
 // hedgeCopy is one copy of a hedged request.
 type hedgeCopy struct {
 	cancel context.CancelFunc
@@ -232,11 +244,11 @@ func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key stri
 			pctx = parent
 		}
 		cctx, cancel := context.WithCancel(pctx)
-		r := req.WithContext(cctx)
+		i := len(copies)
+		r := req.WithContext(context.WithValue(cctx, hedgeCopyKey{}, i+1))
 		if !body.none {
 			r.Body, r.GetBody = b, body.get
 		}
-		i := len(copies)
 		copies = append(copies, hedgeCopy{cancel: cancel, parent: parent})
 		go t.send(req, r, i, &answered, results)
 	}
