@@ -102,6 +102,10 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	a.record(ctx, d, method, host, port, outcome, errType)
 
+	if !span.IsRecording() { // sampled out, or no SDK: nothing to add, no body to watch
+		span.End()
+		return resp, err
+	}
 	if err != nil {
 		span.SetAttributes(outcome)
 		span.SetStatus(codes.Error, err.Error())
@@ -125,18 +129,19 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 // when an otelhttp Transport above records it for the whole operation, to
 // sturdy.client.attempt.duration, so that no request is counted twice.
 func (a *attemptTransport) record(ctx context.Context, d time.Duration, method attribute.KeyValue, host string, port int, outcome, errType attribute.KeyValue) {
+	h := a.t.reqDur.Inst()
+	if _, above := otelhttp.ClientLabelerFromContext(ctx); above {
+		h = a.t.attemptDur
+	}
+	if h == nil || !h.Enabled(ctx) {
+		return
+	}
 	attrs := make([]attribute.KeyValue, 0, 5)
 	attrs = append(attrs, method, semconv.ServerAddress(host), semconv.ServerPort(port), outcome)
 	if errType.Valid() {
 		attrs = append(attrs, errType)
 	}
-	h := a.t.reqDur.Inst()
-	if _, above := otelhttp.ClientLabelerFromContext(ctx); above {
-		h = a.t.attemptDur
-	}
-	if h != nil {
-		h.Record(ctx, d.Seconds(), metric.WithAttributes(attrs...))
-	}
+	h.Record(ctx, d.Seconds(), metric.WithAttributes(attrs...))
 }
 
 var errNilResponse = errors.New("sturdyotel: RoundTripper returned a nil *Response with a nil error")

@@ -56,6 +56,21 @@ func add(ctx context.Context, c metric.Int64Counter, attrs []attribute.KeyValue)
 	}
 }
 
+// quiet reports whether an event of ctx would be neither recorded on
+// its span nor counted in any of cs, so that its attributes need not be
+// built (with no SDK registered, every hook costs only this check).
+func quiet(ctx context.Context, cs ...metric.Int64Counter) bool {
+	if trace.SpanFromContext(ctx).IsRecording() {
+		return false
+	}
+	for _, c := range cs {
+		if c != nil && c.Enabled(ctx) {
+			return false
+		}
+	}
+	return true
+}
+
 // event adds an event to the recording span of ctx, if any.
 func event(ctx context.Context, name string, attrs ...attribute.KeyValue) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
@@ -72,6 +87,9 @@ func (t *Telemetry) Hooks() transport.Hooks {
 	in := &t.inst
 	return transport.Hooks{
 		OnAttempt: func(e policy.AttemptEvent) {
+			if quiet(reqContext(e.Request), in.attempts, in.breakerRefusals) {
+				return
+			}
 			ctx, attrs := requestAttrs(e.Request, 2)
 			var ce *transport.CircuitOpenError
 			switch {
@@ -89,6 +107,9 @@ func (t *Telemetry) Hooks() transport.Hooks {
 			}
 		},
 		OnRetry: func(e policy.RetryEvent) {
+			if quiet(reqContext(e.Request), in.retries) {
+				return
+			}
 			ctx, attrs := requestAttrs(e.Request, 5)
 			attrs = append(attrs, attribute.String(attrRetryReason, e.Reason))
 			add(ctx, in.retries, attrs)
@@ -98,6 +119,9 @@ func (t *Telemetry) Hooks() transport.Hooks {
 				outcome(e.Status, e.Err)...)...)
 		},
 		OnGiveUp: func(e policy.GiveUpEvent) {
+			if quiet(reqContext(e.Request), in.giveUps, in.budget) {
+				return
+			}
 			ctx, attrs := requestAttrs(e.Request, 4)
 			if e.Reason == policy.ReasonBudgetSpent {
 				add(ctx, in.budget, attrs)
@@ -116,6 +140,9 @@ func (t *Telemetry) Hooks() transport.Hooks {
 			})
 		},
 		OnRateLimitWait: func(e ratelimit.WaitEvent) {
+			if quiet(reqContext(e.Request), in.quotaWaits) {
+				return
+			}
 			ctx, attrs := requestAttrs(e.Request, 3)
 			attrs = append(attrs, attribute.String(attrWaitReason, e.Reason))
 			add(ctx, in.quotaWaits, attrs)
@@ -124,6 +151,9 @@ func (t *Telemetry) Hooks() transport.Hooks {
 				attribute.Float64(attrWait, e.Wait.Seconds()))...)
 		},
 		OnRateLimitReject: func(e ratelimit.RejectEvent) {
+			if quiet(reqContext(e.Request), in.quotaRejections) {
+				return
+			}
 			ctx, attrs := requestAttrs(e.Request, 3)
 			attrs = append(attrs, attribute.String(attrWaitReason, e.Reason))
 			add(ctx, in.quotaRejections, attrs)
@@ -132,26 +162,46 @@ func (t *Telemetry) Hooks() transport.Hooks {
 				attribute.Float64(attrWait, e.Wait.Seconds()))...)
 		},
 		OnHedge: func(e policy.HedgeEvent) {
+			if quiet(reqContext(e.Request), in.hedges) {
+				return
+			}
 			ctx, attrs := requestAttrs(e.Request, 2)
 			add(ctx, in.hedges, attrs)
 			event(ctx, EventHedgeSent, hedgeAttrs(attrs, e)...)
 		},
 		OnHedgeWon: func(e policy.HedgeEvent) {
+			if quiet(reqContext(e.Request), in.hedgesWon) {
+				return
+			}
 			ctx, attrs := requestAttrs(e.Request, 3)
 			add(ctx, in.hedgesWon, attrs)
 			event(ctx, EventHedgeWon, append(hedgeAttrs(attrs, e), semconv.HTTPResponseStatusCode(e.Status))...)
 		},
 		OnCopyCanceled: func(e policy.HedgeEvent) {
+			if quiet(reqContext(e.Request), in.hedgesCanceled) {
+				return
+			}
 			ctx, attrs := requestAttrs(e.Request, 2)
 			add(ctx, in.hedgesCanceled, attrs)
 			event(ctx, EventHedgeCanceled, hedgeAttrs(attrs, e)...)
 		},
 		OnThrottle: func(e transport.ThrottleEvent) {
+			if quiet(reqContext(e.Request), in.throttleRejects) {
+				return
+			}
 			ctx, attrs := requestAttrs(e.Request, 1)
 			add(ctx, in.throttleRejects, attrs)
 			event(ctx, EventThrottled, append(attrs, attribute.Float64(attrProb, e.Probability))...)
 		},
 	}
+}
+
+// reqContext returns r's context, or Background for no request.
+func reqContext(r *http.Request) context.Context {
+	if r == nil {
+		return context.Background()
+	}
+	return r.Context()
 }
 
 // requestAttrs returns r's context and its method, server.address and
