@@ -26,8 +26,8 @@ var memBase = transport.Func(func(r *http.Request) (*http.Response, error) {
 // BenchmarkAttempt: one GET of one attempt through transport.New,
 // without the telemetry, with it on no-op providers (the globals before
 // any SDK is registered), and with it on a recording SDK (every span
-// sampled, a manual metric reader, the W3C propagator); and otelhttp
-// around the stack, for comparison.
+// sampled, a manual metric reader, the W3C propagator); and, for
+// comparison, otelhttp around the stack, alone and with the telemetry.
 func BenchmarkAttempt(b *testing.B) {
 	sdk := func() Options {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample())) // no exporter: spans are made and dropped
@@ -44,6 +44,8 @@ func BenchmarkAttempt(b *testing.B) {
 		{"off", transport.New(transport.Options{Base: memBase})},
 		{"noop", transport.New(New(noop).Apply(transport.Options{Base: memBase}))},
 		{"sdk", transport.New(New(rec).Apply(transport.Options{Base: memBase}))},
+		{"otelhttp-only+sdk", otelhttp.NewTransport(transport.New(transport.Options{Base: memBase}),
+			otelhttp.WithTracerProvider(rec.TracerProvider), otelhttp.WithMeterProvider(rec.MeterProvider), otelhttp.WithPropagators(rec.Propagators))},
 		{"otelhttp-outermost+sdk", otelhttp.NewTransport(transport.New(New(rec).Apply(transport.Options{Base: memBase})),
 			otelhttp.WithTracerProvider(rec.TracerProvider), otelhttp.WithMeterProvider(rec.MeterProvider), otelhttp.WithPropagators(rec.Propagators))},
 	}
