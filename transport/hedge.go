@@ -131,6 +131,7 @@ type hedgeCopy struct {
 // drain is bounded by discardWait.
 type detachable struct {
 	context.Context
+	copy     int // the copy's number, for HedgeCopyFromContext
 	mu       sync.Mutex
 	stop     func() bool // context.WithCancel asks once
 	detached bool
@@ -141,6 +142,15 @@ type detachable struct {
 var neverDone = make(chan struct{})
 
 func (d *detachable) Done() <-chan struct{} { return neverDone }
+
+// Value answers HedgeCopyFromContext with the copy's number, and asks the
+// parent for any other key.
+func (d *detachable) Value(key any) any {
+	if key == (hedgeCopyKey{}) {
+		return d.copy
+	}
+	return d.Context.Value(key)
+}
 
 // AfterFunc calls f when the parent ends, unless d is detached first.
 func (d *detachable) AfterFunc(f func()) (stop func() bool) {
@@ -237,15 +247,17 @@ func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key stri
 	// send starts a copy of req with its own context, so that it can be
 	// canceled alone, and the given body.
 	send := func(b io.ReadCloser) {
+		i := len(copies)
 		parent := (*detachable)(nil) // nil: ctx never ends, and nothing need be detached
-		pctx := ctx
+		var pctx context.Context
 		if ctx.Done() != nil {
-			parent = &detachable{Context: ctx}
+			parent = &detachable{Context: ctx, copy: i + 1} // it carries the copy's number too
 			pctx = parent
+		} else {
+			pctx = context.WithValue(ctx, hedgeCopyKey{}, i+1)
 		}
 		cctx, cancel := context.WithCancel(pctx)
-		i := len(copies)
-		r := req.WithContext(context.WithValue(cctx, hedgeCopyKey{}, i+1))
+		r := req.WithContext(cctx)
 		if !body.none {
 			r.Body, r.GetBody = b, body.get
 		}

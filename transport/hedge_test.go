@@ -1148,11 +1148,13 @@ func TestNewHedgeNotIntoFleetHalfOpen(t *testing.T) {
 // number in its context, and a request no race sent carries none.
 func TestHedgeCopyFromContext(t *testing.T) {
 	tests := []struct {
-		name  string
-		hedge bool
-		want  []int // the copies the base saw, in the order sent
+		name     string
+		hedge    bool
+		deadline bool  // the caller's context can end
+		want     []int // the copies the base saw, in the order sent
 	}{
 		{name: "hedged", hedge: true, want: []int{1, 2}},
+		{name: "hedged, with a deadline", hedge: true, deadline: true, want: []int{1, 2}},
 		{name: "not hedged", want: []int{0}},
 	}
 	for _, tt := range tests {
@@ -1181,7 +1183,14 @@ func TestHedgeCopyFromContext(t *testing.T) {
 					mws = append(mws, Hedge(policy.Hedge{Delay: 50 * time.Millisecond}))
 				}
 				c := &http.Client{Transport: Chain(base, mws...)}
-				resp, err := c.Get("http://api.test/item")
+				ctx := context.Background()
+				if tt.deadline {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, time.Minute)
+					defer cancel()
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://api.test/item", nil)
+				resp, err := c.Do(req)
 				if err != nil {
 					t.Fatal(err)
 				}
