@@ -150,3 +150,23 @@ func TestApplyKeepsHooks(t *testing.T) {
 		t.Errorf("metrics %q: want %s among them", got, MetricAttempts)
 	}
 }
+
+// closeCounter counts CloseIdleConnections calls.
+type closeCounter struct {
+	http.RoundTripper
+	closed int
+}
+
+func (c *closeCounter) CloseIdleConnections() { c.closed++ }
+
+// TestCloseIdleConnectionsReachesBase: http.Client.CloseIdleConnections
+// still reaches the base through the attempt layer.
+func TestCloseIdleConnectionsReachesBase(t *testing.T) {
+	p := newPipeline(t)
+	base := &closeCounter{RoundTripper: httptestutil.NewHandlerTransport(nil)}
+	c := &http.Client{Transport: transport.New(p.telemetry().Apply(transport.Options{Base: base}))}
+	c.CloseIdleConnections()
+	if base.closed != 1 {
+		t.Errorf("base closed its idle connections %d times, want 1", base.closed)
+	}
+}
