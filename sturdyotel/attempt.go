@@ -92,6 +92,7 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 
 	var outcome attribute.KeyValue // status, or error.type for an error
 	var errType attribute.KeyValue // error.type for an error status
+	var proto attribute.KeyValue   // network.protocol.version, when the response says
 	if err != nil {
 		outcome = errorType(err)
 	} else {
@@ -99,8 +100,9 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		if resp.StatusCode >= 400 {
 			errType = semconv.ErrorTypeKey.String(strconv.Itoa(resp.StatusCode))
 		}
+		proto = protocolVersion(resp)
 	}
-	a.record(ctx, d, method, host, port, outcome, errType)
+	a.record(ctx, d, method, host, port, outcome, errType, proto)
 
 	if !span.IsRecording() { // sampled out, or no SDK: nothing to add, no body to watch
 		span.End()
@@ -113,6 +115,9 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return resp, err
 	}
 	span.SetAttributes(outcome)
+	if proto.Valid() {
+		span.SetAttributes(proto)
+	}
 	if errType.Valid() {
 		span.SetAttributes(errType)
 		span.SetStatus(codes.Error, "")
@@ -128,7 +133,7 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 // record adds d to the conventions' http.client.request.duration, or,
 // when an otelhttp Transport above records it for the whole operation, to
 // sturdy.client.attempt.duration, so that no request is counted twice.
-func (a *attemptTransport) record(ctx context.Context, d time.Duration, method attribute.KeyValue, host string, port int, outcome, errType attribute.KeyValue) {
+func (a *attemptTransport) record(ctx context.Context, d time.Duration, method attribute.KeyValue, host string, port int, outcome, errType, proto attribute.KeyValue) {
 	h := a.t.reqDur.Inst()
 	if _, above := otelhttp.ClientLabelerFromContext(ctx); above {
 		h = a.t.attemptDur
@@ -136,10 +141,13 @@ func (a *attemptTransport) record(ctx context.Context, d time.Duration, method a
 	if h == nil || !h.Enabled(ctx) {
 		return
 	}
-	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs := make([]attribute.KeyValue, 0, 6)
 	attrs = append(attrs, method, semconv.ServerAddress(host), semconv.ServerPort(port), outcome)
 	if errType.Valid() {
 		attrs = append(attrs, errType)
+	}
+	if proto.Valid() {
+		attrs = append(attrs, proto)
 	}
 	h.Record(ctx, d.Seconds(), metric.WithAttributes(attrs...))
 }
@@ -201,6 +209,20 @@ func methodAttrs(m string) (method, original attribute.KeyValue) {
 		return semconv.HTTPRequestMethodKey.String(m), attribute.KeyValue{}
 	}
 	return semconv.HTTPRequestMethodOther, semconv.HTTPRequestMethodOriginal(m)
+}
+
+// protocolVersion is network.protocol.version for resp: "1.1", "2", "3";
+// nothing when resp does not say (a RoundTripper that sets no version).
+func protocolVersion(resp *http.Response) attribute.KeyValue {
+	switch {
+	case resp.ProtoMajor == 1 && resp.ProtoMinor == 1:
+		return semconv.NetworkProtocolVersion("1.1")
+	case resp.ProtoMajor == 1 && resp.ProtoMinor == 0:
+		return semconv.NetworkProtocolVersion("1.0")
+	case resp.ProtoMajor >= 2:
+		return semconv.NetworkProtocolVersion(strconv.Itoa(resp.ProtoMajor))
+	}
+	return attribute.KeyValue{}
 }
 
 // spanName is the conventions' client span name: the method, or "HTTP"

@@ -53,9 +53,9 @@ func TestScenarios(t *testing.T) {
 		want:  []result{{status: 200}},
 		tree: `
 call 1 internal +0s 100ms
-  GET client +0s 100ms {http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}`,
+  GET client +0s 100ms {http.request.method=GET http.response.status_code=200 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}`,
 		metrics: `
-http.client.request.duration{http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80} count=1 sum=0.1
+http.client.request.duration{http.request.method=GET http.response.status_code=200 network.protocol.version=1.1 server.address=api.test server.port=80} count=1 sum=0.1
 sturdy.client.attempts{http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80} = 1`,
 	}, {
 		name: "503, 503, then 200 with backoffs",
@@ -70,12 +70,12 @@ sturdy.client.attempts{http.request.method=GET http.response.status_code=200 ser
 call 1 internal +0s 330ms
   event sturdy.retry +10ms {http.response.status_code=503 sturdy.attempt=2 sturdy.retry.reason=status 503 sturdy.wait.duration=0.1}
   event sturdy.retry +120ms {http.response.status_code=503 sturdy.attempt=3 sturdy.retry.reason=status 503 sturdy.wait.duration=0.2}
-  GET client +0s 10ms status=Error {error.type=503 http.request.method=GET http.response.status_code=503 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}
-  GET client +110ms 10ms status=Error {error.type=503 http.request.method=GET http.request.resend_count=1 http.response.status_code=503 server.address=api.test server.port=80 sturdy.attempt=2 sturdy.idempotency_key.present=false url.full=http://api.test/things}
-  GET client +320ms 10ms {http.request.method=GET http.request.resend_count=2 http.response.status_code=200 server.address=api.test server.port=80 sturdy.attempt=3 sturdy.idempotency_key.present=false url.full=http://api.test/things}`,
+  GET client +0s 10ms status=Error {error.type=503 http.request.method=GET http.response.status_code=503 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}
+  GET client +110ms 10ms status=Error {error.type=503 http.request.method=GET http.request.resend_count=1 http.response.status_code=503 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=2 sturdy.idempotency_key.present=false url.full=http://api.test/things}
+  GET client +320ms 10ms {http.request.method=GET http.request.resend_count=2 http.response.status_code=200 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=3 sturdy.idempotency_key.present=false url.full=http://api.test/things}`,
 		metrics: `
-http.client.request.duration{error.type=503 http.request.method=GET http.response.status_code=503 server.address=api.test server.port=80} count=2 sum=0.02
-http.client.request.duration{http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80} count=1 sum=0.01
+http.client.request.duration{error.type=503 http.request.method=GET http.response.status_code=503 network.protocol.version=1.1 server.address=api.test server.port=80} count=2 sum=0.02
+http.client.request.duration{http.request.method=GET http.response.status_code=200 network.protocol.version=1.1 server.address=api.test server.port=80} count=1 sum=0.01
 sturdy.client.attempts{http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80} = 1
 sturdy.client.attempts{http.request.method=GET http.response.status_code=503 server.address=api.test server.port=80} = 2
 sturdy.client.retries{http.request.method=GET server.address=api.test server.port=80 sturdy.retry.reason=status 503} = 2`,
@@ -92,12 +92,12 @@ sturdy.client.retries{http.request.method=GET server.address=api.test server.por
 		tree: `
 call 1 internal +0s 0s
   event sturdy.give_up +0s {http.response.status_code=500 sturdy.attempts=1 sturdy.give_up.reason=attempts used}
-  GET client +0s 0s status=Error {error.type=500 http.request.method=GET http.response.status_code=500 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}
+  GET client +0s 0s status=Error {error.type=500 http.request.method=GET http.response.status_code=500 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}
 call 2 internal +0s 0s
   event sturdy.breaker.refused +0s {sturdy.attempt=1 sturdy.breaker.key=http://api.test sturdy.breaker.retry_in.within_a_minute=true sturdy.breaker.state=open}
   event sturdy.give_up +0s {error.type=circuit_open sturdy.attempts=1 sturdy.give_up.reason=final outcome}`,
 		metrics: `
-http.client.request.duration{error.type=500 http.request.method=GET http.response.status_code=500 server.address=api.test server.port=80} count=1 sum=0
+http.client.request.duration{error.type=500 http.request.method=GET http.response.status_code=500 network.protocol.version=1.1 server.address=api.test server.port=80} count=1 sum=0
 sturdy.client.attempts{http.request.method=GET http.response.status_code=500 server.address=api.test server.port=80} = 1
 sturdy.client.breaker.refusals{http.request.method=GET server.address=api.test server.port=80 sturdy.breaker.state=open} = 1
 sturdy.client.breaker.state_changes{sturdy.breaker.from=closed sturdy.breaker.key=http://api.test sturdy.breaker.to=open} = 1
@@ -118,10 +118,10 @@ call 1 internal +0s 60ms
   event sturdy.hedge.canceled +60ms {sturdy.hedge.copy=1 sturdy.hedge.elapsed=0.06}
   event sturdy.hedge.won +60ms {http.response.status_code=200 sturdy.hedge.copy=2 sturdy.hedge.elapsed=0.06}
   GET client +0s 60ms status=Error {error.type=canceled http.request.method=GET server.address=api.test server.port=80 sturdy.attempt=1 sturdy.hedge.copy=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}
-  GET client +50ms 10ms {http.request.method=GET http.request.resend_count=1 http.response.status_code=200 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.hedge.copy=2 sturdy.idempotency_key.present=false url.full=http://api.test/things}`,
+  GET client +50ms 10ms {http.request.method=GET http.request.resend_count=1 http.response.status_code=200 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.hedge.copy=2 sturdy.idempotency_key.present=false url.full=http://api.test/things}`,
 		metrics: `
 http.client.request.duration{error.type=canceled http.request.method=GET server.address=api.test server.port=80} count=1 sum=0.06
-http.client.request.duration{http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80} count=1 sum=0.01
+http.client.request.duration{http.request.method=GET http.response.status_code=200 network.protocol.version=1.1 server.address=api.test server.port=80} count=1 sum=0.01
 sturdy.client.attempts{http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80} = 1
 sturdy.client.hedge.canceled{http.request.method=GET server.address=api.test server.port=80} = 1
 sturdy.client.hedge.sent{http.request.method=GET server.address=api.test server.port=80} = 1
@@ -137,12 +137,12 @@ sturdy.client.hedge.won{http.request.method=GET server.address=api.test server.p
 		// The second call waits the 10s the first response's quota asked.
 		tree: `
 call 1 internal +0s 0s
-  GET client +0s 0s {http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}
+  GET client +0s 0s {http.request.method=GET http.response.status_code=200 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}
 call 2 internal +0s 10s
   event sturdy.quota.wait +0s {sturdy.quota.key=http://api.test sturdy.wait.duration=10 sturdy.wait.reason=quota}
-  GET client +10s 0s {http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}`,
+  GET client +10s 0s {http.request.method=GET http.response.status_code=200 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}`,
 		metrics: `
-http.client.request.duration{http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80} count=2 sum=0
+http.client.request.duration{http.request.method=GET http.response.status_code=200 network.protocol.version=1.1 server.address=api.test server.port=80} count=2 sum=0
 sturdy.client.attempts{http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80} = 2
 sturdy.client.quota.waits{http.request.method=GET server.address=api.test server.port=80 sturdy.wait.reason=quota} = 1`,
 	}, {
