@@ -101,7 +101,7 @@ func printTree(r io.Reader) {
 		}
 		spans = append(spans, s)
 	}
-	slices.SortFunc(spans, func(a, b exported) int { return a.StartTime.Compare(b.StartTime) })
+	slices.SortStableFunc(spans, func(a, b exported) int { return a.StartTime.Compare(b.StartTime) })
 	kinds := map[int]string{1: "internal", 2: "server", 3: "client"}
 	keep := []string{"sturdy.attempt", "http.request.resend_count", "http.response.status_code", "error.type",
 		"sturdy.retry.reason", "sturdy.wait.duration"}
