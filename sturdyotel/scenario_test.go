@@ -95,14 +95,14 @@ call 1 internal +0s 0s
   GET client +0s 0s status=Error {error.type=500 http.request.method=GET http.response.status_code=500 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}
 call 2 internal +0s 0s
   event sturdy.breaker.refused +0s {sturdy.attempt=1 sturdy.breaker.key=http://api.test sturdy.breaker.retry_in.within_a_minute=true sturdy.breaker.state=open}
-  event sturdy.give_up +0s {error.type=circuit_open sturdy.attempts=1 sturdy.give_up.reason=final outcome}`,
+  event sturdy.give_up +0s {error.type=circuit_open sturdy.attempts=0 sturdy.give_up.reason=circuit open}`,
 		metrics: `
 http.client.request.duration{error.type=500 http.request.method=GET http.response.status_code=500 network.protocol.version=1.1 server.address=api.test server.port=80} count=1 sum=0
 sturdy.client.attempts{http.request.method=GET http.response.status_code=500 server.address=api.test server.port=80} = 1
 sturdy.client.breaker.refusals{http.request.method=GET server.address=api.test server.port=80 sturdy.breaker.state=open} = 1
 sturdy.client.breaker.state_changes{sturdy.breaker.from=closed sturdy.breaker.key=http://api.test sturdy.breaker.to=open} = 1
 sturdy.client.give_ups{http.request.method=GET server.address=api.test server.port=80 sturdy.give_up.reason=attempts used} = 1
-sturdy.client.give_ups{http.request.method=GET server.address=api.test server.port=80 sturdy.give_up.reason=final outcome} = 1`,
+sturdy.client.give_ups{http.request.method=GET server.address=api.test server.port=80 sturdy.give_up.reason=circuit open} = 1`,
 	}, {
 		name: "hedge that wins",
 		steps: []httptestutil.Step{
