@@ -170,3 +170,48 @@ func TestCloseIdleConnectionsReachesBase(t *testing.T) {
 		t.Errorf("base closed its idle connections %d times, want 1", base.closed)
 	}
 }
+
+// TestApplyDefaultBase: a nil Base becomes the base transport.New would
+// make, beneath the attempt layer.
+func TestApplyDefaultBase(t *testing.T) {
+	p := newPipeline(t)
+	o := p.telemetry().Apply(transport.Options{})
+	a, ok := o.Base.(*attemptTransport)
+	if !ok {
+		t.Fatalf("Base is %T, want the attempt layer", o.Base)
+	}
+	b, ok := a.next.(*http.Transport)
+	if !ok {
+		t.Fatalf("beneath the attempt layer: %T, want *http.Transport", a.next)
+	}
+	if b.MaxIdleConnsPerHost != transport.DefaultMaxIdleConnsPerHost || b.MaxResponseHeaderBytes != transport.DefaultMaxResponseHeaderBytes {
+		t.Errorf("base keeps %d idle connections per host and %d header bytes, want %d and %d",
+			b.MaxIdleConnsPerHost, b.MaxResponseHeaderBytes, transport.DefaultMaxIdleConnsPerHost, transport.DefaultMaxResponseHeaderBytes)
+	}
+}
+
+// TestMiddlewareInChain: a stack built with Chain gets a span per
+// attempt from Middleware placed just above the base.
+func TestMiddlewareInChain(t *testing.T) {
+	p := newPipeline(t)
+	tel := p.telemetry()
+	base := httptestutil.NewHandlerTransport(httptestutil.Script(httptestutil.Status(503, "busy"), httptestutil.Status(200, "ok")))
+	c := &http.Client{Transport: transport.Chain(base,
+		transport.Retry(policy.Retry{Backoff: policy.Exponential(0, 0)}),
+		tel.Middleware())}
+	resp, err := c.Get("http://api.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var got []string
+	for _, s := range p.spans.Ended() {
+		set := attribute.NewSet(s.Attributes()...)
+		status, _ := set.Value("http.response.status_code")
+		attempt, _ := set.Value(attrAttempt)
+		got = append(got, s.Name()+" "+attempt.Emit()+" "+status.Emit())
+	}
+	if want := []string{"GET 1 503", "GET 2 200"}; strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("spans %q, want %q", got, want)
+	}
+}
