@@ -62,8 +62,8 @@ func Example() {
 	printTree(&out)
 	// Output:
 	// HTTP GET client http.response.status_code=200
-	//   event sturdy.retry sturdy.attempt=2 http.response.status_code=503 sturdy.retry.reason=status 503 sturdy.wait.duration=0.001
-	//   event sturdy.retry sturdy.attempt=3 http.response.status_code=503 sturdy.retry.reason=status 503 sturdy.wait.duration=0.002
+	//   event sturdy.retry sturdy.attempt=2 http.response.status_code=503 sturdy.retry.reason=status 503 sturdy.wait.duration=0.001 sturdy.wait.reason=backoff
+	//   event sturdy.retry sturdy.attempt=3 http.response.status_code=503 sturdy.retry.reason=status 503 sturdy.wait.duration=0.002 sturdy.wait.reason=backoff
 	//   GET client sturdy.attempt=1 http.response.status_code=503 error.type=503
 	//   GET client sturdy.attempt=2 http.request.resend_count=1 http.response.status_code=503 error.type=503
 	//   GET client sturdy.attempt=3 http.request.resend_count=2 http.response.status_code=200
@@ -104,7 +104,7 @@ func printTree(r io.Reader) {
 	slices.SortStableFunc(spans, func(a, b exported) int { return a.StartTime.Compare(b.StartTime) })
 	kinds := map[int]string{1: "internal", 2: "server", 3: "client"}
 	keep := []string{"sturdy.attempt", "http.request.resend_count", "http.response.status_code", "error.type",
-		"sturdy.retry.reason", "sturdy.wait.duration"}
+		"sturdy.retry.reason", "sturdy.wait.duration", "sturdy.wait.reason"}
 	attrs := func(as []exportedAttr) string {
 		var b strings.Builder
 		for _, k := range keep {

@@ -110,12 +110,17 @@ func (t *Telemetry) Hooks() transport.Hooks {
 			if quiet(reqContext(e.Request), in.retries) {
 				return
 			}
-			ctx, attrs := requestAttrs(e.Request, 5)
+			ctx, attrs := requestAttrs(e.Request, 6)
 			attrs = append(attrs, attribute.String(attrRetryReason, e.Reason))
 			add(ctx, in.retries, attrs)
+			wait := "backoff"
+			if e.RetryAfter > 0 && e.RetryAfter >= e.Wait {
+				wait = "retry-after" // the server's wait, longer than the backoff
+			}
 			event(ctx, EventRetry, append(append(attrs,
 				attribute.Int(attrAttempt, e.Attempt),
-				attribute.Float64(attrWait, e.Wait.Seconds())),
+				attribute.Float64(attrWait, e.Wait.Seconds()),
+				attribute.String(attrWaitReason, wait)),
 				outcome(e.Status, e.Err)...)...)
 		},
 		OnGiveUp: func(e policy.GiveUpEvent) {

@@ -46,8 +46,9 @@ const (
 // The events that [Telemetry] adds to the caller's span (the span of the
 // request's context: otelhttp's when it wraps the stack).
 const (
-	// EventRetry: a failed attempt will be retried after sturdy.wait.duration
-	// (backoff or the server's Retry-After), for sturdy.retry.reason.
+	// EventRetry: a failed attempt will be retried after sturdy.wait.duration,
+	// for sturdy.retry.reason; sturdy.wait.reason says whether the wait is
+	// the backoff or the server's Retry-After.
 	EventRetry = "sturdy.retry"
 	// EventGiveUp: the operation ended on a failure after sturdy.attempts.
 	EventGiveUp = "sturdy.give_up"

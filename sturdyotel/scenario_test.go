@@ -68,8 +68,8 @@ sturdy.client.attempts{http.request.method=GET http.response.status_code=200 ser
 		// Attempts at 0, 10ms + 100ms of backoff, 120ms + 200ms of backoff.
 		tree: `
 call 1 internal +0s 330ms
-  event sturdy.retry +10ms {http.response.status_code=503 sturdy.attempt=2 sturdy.retry.reason=status 503 sturdy.wait.duration=0.1}
-  event sturdy.retry +120ms {http.response.status_code=503 sturdy.attempt=3 sturdy.retry.reason=status 503 sturdy.wait.duration=0.2}
+  event sturdy.retry +10ms {http.response.status_code=503 sturdy.attempt=2 sturdy.retry.reason=status 503 sturdy.wait.duration=0.1 sturdy.wait.reason=backoff}
+  event sturdy.retry +120ms {http.response.status_code=503 sturdy.attempt=3 sturdy.retry.reason=status 503 sturdy.wait.duration=0.2 sturdy.wait.reason=backoff}
   GET client +0s 10ms status=Error {error.type=503 http.request.method=GET http.response.status_code=503 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}
   GET client +110ms 10ms status=Error {error.type=503 http.request.method=GET http.request.resend_count=1 http.response.status_code=503 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=2 sturdy.idempotency_key.present=false url.full=http://api.test/things}
   GET client +320ms 10ms {http.request.method=GET http.request.resend_count=2 http.response.status_code=200 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=3 sturdy.idempotency_key.present=false url.full=http://api.test/things}`,
@@ -79,6 +79,26 @@ http.client.request.duration{http.request.method=GET http.response.status_code=2
 sturdy.client.attempts{http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80} = 1
 sturdy.client.attempts{http.request.method=GET http.response.status_code=503 server.address=api.test server.port=80} = 2
 sturdy.client.retries{http.request.method=GET server.address=api.test server.port=80 sturdy.retry.reason=status 503} = 2`,
+	}, {
+		name: "503 with Retry-After, then 200",
+		steps: []httptestutil.Step{
+			httptestutil.RetryAfterSeconds(503, 2),
+			httptestutil.Status(200, "ok"),
+		},
+		options: transport.Options{Retry: policy.Retry{Backoff: policy.Exponential(100*time.Millisecond, time.Second)}},
+		want:    []result{{status: 200}},
+		// The server's 2s, longer than the 100ms backoff, is the wait.
+		tree: `
+call 1 internal +0s 2s
+  event sturdy.retry +0s {http.response.status_code=503 sturdy.attempt=2 sturdy.retry.reason=status 503 sturdy.wait.duration=2 sturdy.wait.reason=retry-after}
+  GET client +0s 0s status=Error {error.type=503 http.request.method=GET http.response.status_code=503 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}
+  GET client +2s 0s {http.request.method=GET http.request.resend_count=1 http.response.status_code=200 network.protocol.version=1.1 server.address=api.test server.port=80 sturdy.attempt=2 sturdy.idempotency_key.present=false url.full=http://api.test/things}`,
+		metrics: `
+http.client.request.duration{error.type=503 http.request.method=GET http.response.status_code=503 network.protocol.version=1.1 server.address=api.test server.port=80} count=1 sum=0
+http.client.request.duration{http.request.method=GET http.response.status_code=200 network.protocol.version=1.1 server.address=api.test server.port=80} count=1 sum=0
+sturdy.client.attempts{http.request.method=GET http.response.status_code=200 server.address=api.test server.port=80} = 1
+sturdy.client.attempts{http.request.method=GET http.response.status_code=503 server.address=api.test server.port=80} = 1
+sturdy.client.retries{http.request.method=GET server.address=api.test server.port=80 sturdy.retry.reason=status 503} = 1`,
 	}, {
 		name:  "breaker refusal",
 		steps: []httptestutil.Step{httptestutil.Status(500, "down").Forever()},
