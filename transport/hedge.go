@@ -103,6 +103,18 @@ type hedger struct {
 
 func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
 
+type hedgeCopyKey struct{}
+
+// HedgeCopyFromContext returns which copy of a hedged request a request
+// is, as set by [Hedge] on each copy's context: 1 for the first copy, 2
+// for the first hedge, and so on; 0 for a request that no hedge race
+// sent. RoundTrippers beneath Hedge, such as a tracing transport, can
+// use it; a copy's attempt is [AttemptFromContext].
+func HedgeCopyFromContext(ctx context.Context) int {
+	n, _ := ctx.Value(hedgeCopyKey{}).(int)
+	return n
+}
+
 // hedgeCopy is one copy of a hedged request.
 type hedgeCopy struct {
 	cancel context.CancelFunc
@@ -119,6 +131,7 @@ type hedgeCopy struct {
 // drain is bounded by discardWait.
 type detachable struct {
 	context.Context
+	copy     int // the copy's number, for HedgeCopyFromContext
 	mu       sync.Mutex
 	stop     func() bool // context.WithCancel asks once
 	detached bool
@@ -129,6 +142,15 @@ type detachable struct {
 var neverDone = make(chan struct{})
 
 func (d *detachable) Done() <-chan struct{} { return neverDone }
+
+// Value answers HedgeCopyFromContext with the copy's number, and asks the
+// parent for any other key.
+func (d *detachable) Value(key any) any {
+	if key == (hedgeCopyKey{}) {
+		return d.copy
+	}
+	return d.Context.Value(key)
+}
 
 // AfterFunc calls f when the parent ends, unless d is detached first.
 func (d *detachable) AfterFunc(f func()) (stop func() bool) {
@@ -225,18 +247,20 @@ func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key stri
 	// send starts a copy of req with its own context, so that it can be
 	// canceled alone, and the given body.
 	send := func(b io.ReadCloser) {
+		i := len(copies)
 		parent := (*detachable)(nil) // nil: ctx never ends, and nothing need be detached
-		pctx := ctx
+		var pctx context.Context
 		if ctx.Done() != nil {
-			parent = &detachable{Context: ctx}
+			parent = &detachable{Context: ctx, copy: i + 1} // it carries the copy's number too
 			pctx = parent
+		} else {
+			pctx = context.WithValue(ctx, hedgeCopyKey{}, i+1)
 		}
 		cctx, cancel := context.WithCancel(pctx)
 		r := req.WithContext(cctx)
 		if !body.none {
 			r.Body, r.GetBody = b, body.get
 		}
-		i := len(copies)
 		copies = append(copies, hedgeCopy{cancel: cancel, parent: parent})
 		go t.send(req, r, i, &answered, results)
 	}

@@ -1143,3 +1143,71 @@ func TestNewHedgeNotIntoFleetHalfOpen(t *testing.T) {
 		}
 	})
 }
+
+// TestHedgeCopyFromContext: every copy of a hedged race carries its
+// number in its context, and a request no race sent carries none.
+func TestHedgeCopyFromContext(t *testing.T) {
+	tests := []struct {
+		name     string
+		hedge    bool
+		deadline bool  // the caller's context can end
+		want     []int // the copies the base saw, in the order sent
+	}{
+		{name: "hedged", hedge: true, want: []int{1, 2}},
+		{name: "hedged, with a deadline", hedge: true, deadline: true, want: []int{1, 2}},
+		{name: "not hedged", want: []int{0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var (
+					mu   sync.Mutex
+					seen []int
+				)
+				base := Func(func(req *http.Request) (*http.Response, error) {
+					n := HedgeCopyFromContext(req.Context())
+					mu.Lock()
+					seen = append(seen, n)
+					mu.Unlock()
+					if n == 1 { // the first copy is slow: the hedge wins
+						select {
+						case <-time.After(10 * time.Second):
+						case <-req.Context().Done():
+							return nil, req.Context().Err()
+						}
+					}
+					return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+				})
+				mws := []Middleware{Retry(policy.Retry{MaxAttempts: 1})}
+				if tt.hedge {
+					mws = append(mws, Hedge(policy.Hedge{Delay: 50 * time.Millisecond}))
+				}
+				c := &http.Client{Transport: Chain(base, mws...)}
+				ctx := context.Background()
+				if tt.deadline {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, time.Minute)
+					defer cancel()
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://api.test/item", nil)
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				synctest.Wait()
+				mu.Lock()
+				defer mu.Unlock()
+				if len(seen) != len(tt.want) {
+					t.Fatalf("copies seen %v, want %v", seen, tt.want)
+				}
+				for i := range seen {
+					if seen[i] != tt.want[i] {
+						t.Errorf("copies seen %v, want %v", seen, tt.want)
+						break
+					}
+				}
+			})
+		})
+	}
+}

@@ -360,7 +360,11 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			return t.end(rec, req, n, waited, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
 		}
 		if c.onRetry != nil {
-			c.onRetry(policy.RetryEvent{Request: req, Attempt: n + 1, Wait: step.Wait, Reason: step.Decision.Reason, Status: status(resp), Err: err})
+			e := policy.RetryEvent{Request: req, Attempt: n + 1, Wait: step.Wait, Reason: step.Decision.Reason, Status: status(resp), Err: err}
+			if step.Decision.HasRetryAfter {
+				e.RetryAfter = step.Decision.RetryAfter
+			}
+			c.onRetry(e)
 		}
 		if resp != nil {
 			drain(watchIdle(resp.Body, idleCut))

@@ -946,3 +946,41 @@ func TestRetryWaitRunsFromTheDecision(t *testing.T) {
 		}
 	})
 }
+
+// TestRetryEventRetryAfter: OnRetry says how long the server asked to
+// wait, and zero when it asked for nothing; Wait is the longer of that
+// and the backoff.
+func TestRetryEventRetryAfter(t *testing.T) {
+	tests := []struct {
+		name             string
+		first            httptestutil.Step
+		wantWait, wantRA time.Duration
+	}{
+		{"backoff only", httptestutil.Status(503, "busy"), 100 * time.Millisecond, 0},
+		{"Retry-After longer", httptestutil.RetryAfterSeconds(503, 2), 2 * time.Second, 2 * time.Second},
+		{"retry-after-ms shorter", httptestutil.RetryAfterMS(429, 50), 100 * time.Millisecond, 50 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var got []policy.RetryEvent
+				base := httptestutil.NewHandlerTransport(httptestutil.Script(tt.first, httptestutil.Status(200, "ok")))
+				c := &http.Client{Transport: Chain(base, Retry(policy.Retry{
+					Backoff: constant(100 * time.Millisecond),
+					OnRetry: func(e policy.RetryEvent) { got = append(got, e) },
+				}))}
+				resp, err := c.Get("http://api.test/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if len(got) != 1 {
+					t.Fatalf("got %d retry events, want 1", len(got))
+				}
+				if got[0].Wait != tt.wantWait || got[0].RetryAfter != tt.wantRA {
+					t.Errorf("Wait %v, RetryAfter %v; want %v, %v", got[0].Wait, got[0].RetryAfter, tt.wantWait, tt.wantRA)
+				}
+			})
+		})
+	}
+}
