@@ -43,7 +43,7 @@ func TestRunInvariants(t *testing.T) {
 	var runs []result
 	var ordered []summary
 	for _, k := range kinds {
-		r, err := run(context.Background(), c, k)
+		r, err := run(context.Background(), c, k, loopback)
 		if err != nil {
 			t.Fatalf("run(%v): %v", k, err)
 		}
@@ -101,7 +101,8 @@ func TestRunInvariants(t *testing.T) {
 
 	var table bytes.Buffer
 	printTable(&table, c, ordered)
-	for _, want := range []string{"naive loop", "fixed backoff", "sturdy", "during the outage (500ms)", "latency p99", "time until 99% of new operations succeed",
+	for _, want := range []string{"naive loop", "fixed backoff", "sturdy", "operations that succeeded", "server back after its return",
+		"requests it got while down (500ms)", "latency p99", "time until 99% of new operations succeed",
 		"succeeded | failed fast (no request sent)", "failed after waiting on the server"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
