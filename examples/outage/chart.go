@@ -16,7 +16,7 @@ import (
 const (
 	chartW, chartH = 960, 480
 	padL, padR     = 76, 24
-	padT, padB     = 104, 56
+	padT, padB     = 122, 56
 )
 
 // colors of the lines, by kind.
@@ -84,8 +84,6 @@ func writeChart(w io.Writer, c config, sums []summary, runs []result) error {
 	if capacity > 0 {
 		fmt.Fprintf(bw, `<line class="capacity" x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555555" stroke-dasharray="6 4"/>`+"\n",
 			padL, y(capacity), padL+plotW, y(capacity))
-		fmt.Fprintf(bw, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#555555">%s</text>`+"\n", padL+plotW-4, y(capacity)-5,
-			esc(fmt.Sprintf("the server's capacity (%s per 100 ms): beyond it, requests fail and still cost it work", thousands(int64(capacity)))))
 	}
 
 	// One line per kind of client, zero where the server saw nothing:
@@ -143,6 +141,12 @@ func writeChart(w io.Writer, c config, sums []summary, runs []result) error {
 			s.kind, pct(s.ok, s.ops), backAfter(c, s), thousands(s.during))
 		fmt.Fprintf(bw, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>`+"\n", padL, ly, padL+18, ly, colors[s.kind])
 		fmt.Fprintf(bw, `<text x="%d" y="%d" fill="#333333">%s</text>`+"\n", padL+24, ly+4, esc(label))
+	}
+	if capacity > 0 {
+		ly := 44 + 18*len(sums)
+		fmt.Fprintf(bw, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#555555" stroke-dasharray="6 4"/>`+"\n", padL, ly, padL+18, ly)
+		fmt.Fprintf(bw, `<text x="%d" y="%d" fill="#333333">%s</text>`+"\n", padL+24, ly+4,
+			esc(fmt.Sprintf("the server's capacity, %s per 100 ms: beyond it, requests fail and still cost it work", thousands(int64(capacity)))))
 	}
 	fmt.Fprintln(bw, `</svg>`)
 	return bw.Flush()

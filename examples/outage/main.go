@@ -163,7 +163,7 @@ func mainErr(args []string, out io.Writer) error {
 // defaults is the workload the program runs without flags.
 func defaults() config {
 	return config{
-		Clients:      300,
+		Clients:      100,
 		Instances:    10,
 		Run:          7 * time.Second,
 		OutageStart:  time.Second,
@@ -264,7 +264,8 @@ func printTable(out io.Writer, c config, sums []summary) {
 		fmt.Fprintf(out, "[2] the server serves up to %s requests a second (%g× the clients' load when every call succeeds at once); each\n",
 			thousands(int64(c.Capacity*c.baseLoad())), c.Capacity)
 		fmt.Fprintf(out, "    request beyond that fails with 503 and still costs it %g of the work of one it serves, so retries beyond\n", c.OverloadCost)
-		fmt.Fprintf(out, "    %s a second keep it failing everything. It comes back from the outage with no work in hand.\n",
+		fmt.Fprintf(out, "    %s a second keep it failing everything. It comes back from the outage cold, with a tenth of a second\n"+
+			"    of work to do before it serves anything.\n",
 			thousands(int64(c.Capacity*c.baseLoad()/max(c.OverloadCost, 0.01))))
 	} else {
 		fmt.Fprintln(out, "[2] none: the server has no capacity limit in this run (-capacity 0).")

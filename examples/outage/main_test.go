@@ -128,6 +128,8 @@ func TestMainErrFlags(t *testing.T) {
 		{[]string{"-outage", "10s"}, "must fit inside the run"},
 		{[]string{"-deadline", "0s"}, "must be positive"},
 		{[]string{"-cooldown", "-1s"}, "-cooldown"},
+		{[]string{"-capacity", "-1"}, "-capacity"},
+		{[]string{"-overload-cost", "1.5"}, "-overload-cost"},
 		{[]string{"-no-such-flag"}, "no-such-flag"},
 	}
 	for _, tt := range tests {

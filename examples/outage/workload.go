@@ -381,6 +381,12 @@ func arrive(ctx context.Context, c config, start time.Time, call func(context.Co
 			mu.Unlock()
 		})
 		next = next.Add(c.Think*4/5 + rand.N(c.Think*2/5+1))
+		if behind := time.Until(next); behind < -c.Think {
+			// This machine fell behind: the operations it could not start on
+			// time are not started in a burst that no user would send (the
+			// lag meter reports the stretch).
+			next = time.Now()
+		}
 	}
 	wg.Wait()
 	return ops
@@ -403,13 +409,15 @@ func pause(ctx context.Context, d time.Duration) bool {
 // one operation against url, and one that closes its idle connections.
 // onBreaker and onAttempt observe sturdy's breaker and attempts; they
 // change nothing.
-// Every kind sends its attempts through its own
-// cleanhttp.DefaultPooledTransport, the base transport.New uses by
-// default, so the kinds differ only in how they retry.
+// Every kind sends its attempts through its own pooled transport, made
+// as transport.New makes its default base (cleanhttp's, keeping up to
+// transport.DefaultMaxIdleConnsPerHost idle connections), so the kinds
+// differ only in how they retry.
 func newClient(c config, k kind, url string, dial func(context.Context, string, string) (net.Conn, error),
 	onBreaker func(string, transport.BreakerState, transport.BreakerState), onAttempt func(policy.AttemptEvent)) (func(context.Context) op, func()) {
 	pooled := func() *http.Transport {
 		t := cleanhttp.DefaultPooledTransport()
+		t.MaxIdleConnsPerHost = transport.DefaultMaxIdleConnsPerHost
 		if dial != nil {
 			t.DialContext = dial
 		}
@@ -427,9 +435,7 @@ func newClient(c config, k kind, url string, dial func(context.Context, string, 
 		}
 		var base http.RoundTripper // nil: transport.New's own default
 		if dial != nil {
-			t := pooled()
-			t.MaxIdleConnsPerHost = transport.DefaultMaxIdleConnsPerHost // as transport.New's default base
-			base = t
+			base = pooled()
 		}
 		rt := transport.New(transport.Options{
 			Base:    base,
