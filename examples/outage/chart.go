@@ -53,7 +53,7 @@ func writeChart(w io.Writer, c config, sums []summary, runs []result) error {
 		chartW, chartH, chartW, chartH)
 	fmt.Fprintf(bw, `<rect width="%d" height="%d" fill="#ffffff"/>`+"\n", chartW, chartH)
 	fmt.Fprintf(bw, `<text x="%d" y="24" font-size="16" font-weight="bold">%s</text>`+"\n", padL,
-		esc(fmt.Sprintf("Requests reaching the server per 100 ms: %d clients, server down %v to %v (%s), then back",
+		esc(fmt.Sprintf("Requests reaching the server per 100 ms: %d callers, server down %v to %v (%s), then back",
 			c.Clients, c.OutageStart, c.outageEnd(), shortMode(c.Mode))))
 
 	// The outage.
