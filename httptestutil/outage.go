@@ -284,7 +284,7 @@ func (o *Outage) Buckets() []OutageBucket {
 	out := make([]OutageBucket, n)
 	for i := range out {
 		out[i] = OutageBucket{
-			Start:    time.Duration(i) * o.width,
+			Start:      time.Duration(i) * o.width,
 			Requests:   o.requests[i].Load(),
 			Failed:     o.failed[i].Load(),
 			Overloaded: o.overloaded[i].Load(),
