@@ -56,9 +56,10 @@ type OutageConfig struct {
 	// can serve while it is up; beyond it, requests fail with 503. Zero
 	// or negative means no limit.
 	Capacity float64
-	// Burst is how much work the server absorbs at once beyond Capacity,
-	// and the work it must do to warm up when the outage ends, counted in
-	// requests. Zero or negative means a tenth of a second of Capacity.
+	// Burst is how much work, counted in requests, the server absorbs at
+	// once beyond Capacity. It is also the work it must do to warm up when
+	// the outage ends. Zero or negative means a tenth of a second of
+	// Capacity.
 	Burst float64
 	// OverloadCost is the share of a request's work that the server still
 	// spends on one it fails for overload. Zero means 0.5; negative means

@@ -17,7 +17,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// tiny is a workload small enough for CI: 20 clients, a 0.5 s outage.
+// tiny is a workload small enough for CI: 20 callers, a 0.5 s outage, a
+// server of the program's default capacity.
 func tiny(mode httptestutil.OutageMode) config {
 	return config{
 		Clients:     20,
@@ -29,6 +30,9 @@ func tiny(mode httptestutil.OutageMode) config {
 		Deadline:    time.Second,
 		Think:       50 * time.Millisecond,
 		Backoff:     20 * time.Millisecond,
+
+		Capacity:     1.5,
+		OverloadCost: 0.5,
 	}
 }
 
@@ -79,6 +83,16 @@ func TestRunInvariants(t *testing.T) {
 		}
 		if failed == 0 {
 			t.Errorf("%v: the server failed no request, want some during the outage", k)
+		}
+		var overloaded int64
+		for _, b := range r.buckets {
+			overloaded += b.Overloaded
+			if b.Overloaded > b.Failed || (b.Start >= c.OutageStart && b.Start+bucket <= c.outageEnd() && b.Overloaded != 0) {
+				t.Errorf("%v: bucket %+v: overloaded above failed, or overloaded while down", k, b)
+			}
+		}
+		if s.overloaded != overloaded {
+			t.Errorf("%v: overloaded = %d, want the buckets' sum %d", k, s.overloaded, overloaded)
 		}
 		// An operation that began and ended while the server was down
 		// cannot have succeeded.

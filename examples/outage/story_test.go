@@ -90,3 +90,16 @@ func TestStoryWithoutCapacity(t *testing.T) {
 		}
 	}
 }
+
+// TestStoryClosed runs the workload with -closed: each caller waits for its
+// operation to end before it starts the next. A client that fails fast
+// then starts more operations than one that waits on the server, which is
+// why the program's default has callers arrive on a schedule instead.
+func TestStoryClosed(t *testing.T) {
+	c := defaults()
+	c.Clients, c.Instances, c.Closed = 60, 3, true
+	backoff, st := runVirtual(t, c, kindBackoff), runVirtual(t, c, kindSturdy)
+	if st.ops <= backoff.ops*5/4 {
+		t.Errorf("closed workload: sturdy started %d operations, the fixed backoff %d; want sturdy's callers, failing fast, to start more", st.ops, backoff.ops)
+	}
+}
