@@ -13,9 +13,10 @@
 // healthy again. Its capacity is finite (-capacity, 1.5× the clients'
 // load by default): beyond it, requests fail with 503, and each request
 // it fails still costs it part of the work of one it serves
-// (-overload-cost, half by default). It comes back with no work in hand,
-// so retries that fail make more retries, and a herd of them keeps it
-// failing although it could serve every first attempt. Each client starts
+// (-overload-cost, half by default). It comes back cold, with a tenth of
+// a second of work to do before it serves anything, so retries that fail
+// make more retries, and a herd of them keeps it failing although it
+// could serve every first attempt. Each client starts
 // an operation on a schedule, whatever became of its last one (users keep
 // asking), so every kind of client is asked for the same operations. The
 // program prints a table (how many operations succeeded, when the server
@@ -29,7 +30,7 @@
 // operations than asked, so the program warns and the chart draws that
 // stretch dotted instead of showing a drop that is not the client's doing.
 //
-//	go run ./examples/outage                  # about 25 s
+//	go run ./examples/outage                  # about 23 s
 //	go run ./examples/outage -clients 1000 -run 20s -outage-start 5s -outage 10s
 //	go run ./examples/outage -capacity 0      # a server with no limit: nothing keeps it down
 //	go run ./examples/outage -readme          # also writes docs/outage.svg, the README's chart

@@ -77,7 +77,7 @@ type config struct {
 	Outage      time.Duration           // how long it stays down
 	Mode        httptestutil.OutageMode // how it fails while down
 	Deadline    time.Duration           // each operation's deadline, all attempts included
-	Think       time.Duration           // pause between a goroutine's operations, ±20%
+	Think       time.Duration           // between the starts of a caller's operations, ±20% (Closed: the pause after each)
 	Backoff     time.Duration           // first wait of the fixed-backoff client
 	Cooldown    time.Duration           // sturdy's breaker cooldown; 0 keeps the default
 
@@ -248,12 +248,12 @@ func (l *breakerLog) result() breakerStats {
 }
 
 // run runs the workload with clients of kind k against a fresh outage
-// emulator on a loopback port, and returns when every operation has
+// emulator listening on nw, and returns when every operation has
 // ended and the server is closed.
 func run(ctx context.Context, c config, k kind, nw network) (result, error) {
 	ln, err := nw.listen()
 	if err != nil {
-		return result{}, fmt.Errorf("outage: listening on loopback: %w", err)
+		return result{}, fmt.Errorf("outage: listening: %w", err)
 	}
 	url := "http://" + ln.Addr().String() + "/v1/work"
 
@@ -360,7 +360,6 @@ func arrive(ctx context.Context, c config, start time.Time, call func(context.Co
 		ops []op
 		wg  sync.WaitGroup
 	)
-	defer wg.Wait()
 	next := start.Add(rand.N(c.Think))
 	for {
 		if !pause(ctx, time.Until(next)) {
@@ -381,7 +380,7 @@ func arrive(ctx context.Context, c config, start time.Time, call func(context.Co
 			mu.Unlock()
 		})
 		next = next.Add(c.Think*4/5 + rand.N(c.Think*2/5+1))
-		if behind := time.Until(next); behind < -c.Think {
+		if time.Until(next) < -c.Think {
 			// This machine fell behind: the operations it could not start on
 			// time are not started in a burst that no user would send (the
 			// lag meter reports the stretch).
