@@ -137,9 +137,11 @@ for mod in $mods; do
   echo
   echo "== $mod: go test -race -count=1 ${*:+$* }./..."
   t0=$SECONDS
+  rm -f "$tmp/counts"
   (cd "$mod" && go test -json -race -count=1 "$@" ./...) | "$tmp/testsum" "$tmp/counts"
   codes=("${PIPESTATUS[@]}")
-  { read -r run skipped packages; read -r skips; } <"$tmp/counts"
+  run=0 skipped=0 packages=0 skips=
+  [ ! -f "$tmp/counts" ] || { read -r run skipped packages; read -r skips; } <"$tmp/counts"
   if [ "${codes[0]}" -ne 0 ] || [ "${codes[1]}" -ne 0 ]; then
     status=FAIL
     failed+=("$mod")
