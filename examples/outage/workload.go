@@ -380,11 +380,12 @@ func arrive(ctx context.Context, c config, start time.Time, call func(context.Co
 			mu.Unlock()
 		})
 		next = next.Add(c.Think*4/5 + rand.N(c.Think*2/5+1))
-		if time.Until(next) < -c.Think {
+		for time.Until(next) < -c.Think {
 			// This machine fell behind: the operations it could not start on
-			// time are not started in a burst that no user would send (the
-			// lag meter reports the stretch).
-			next = time.Now()
+			// time are skipped, not started in a burst that no user would
+			// send, and the caller keeps its own phase, out of step with the
+			// others (the lag meter reports the stretch).
+			next = next.Add(c.Think)
 		}
 	}
 	wg.Wait()
