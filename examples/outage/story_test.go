@@ -29,10 +29,11 @@ func runVirtual(t *testing.T, c config, k kind) summary {
 	return s
 }
 
-// TestStory runs the program's default workload in virtual time, and checks the story the table tells: against
-// a server of finite capacity, whose failed requests still cost it work,
-// sturdy's callers get the most operations through and the server is back
-// soonest, while the naive loop's retries keep it down for good.
+// TestStory runs the program's default workload in virtual time, and
+// checks the story the table tells: against a server of finite capacity,
+// whose failed requests still cost it work, sturdy's callers get the most
+// operations through and the server is back soonest, while the naive
+// loop's retries keep it down for good.
 func TestStory(t *testing.T) {
 	c := defaults()
 	sums := make(map[kind]summary)
