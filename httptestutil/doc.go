@@ -18,7 +18,7 @@
 //     quota headers of a chosen [Family]), [Payments] (an idempotent
 //     POST /charges as the IETF Idempotency-Key draft describes) and
 //     [Outage] (healthy, down, healthy again, counting load per time
-//     bucket).
+//     bucket; with a finite capacity, a retry storm keeps it down).
 //
 // Everything here is a [net/http.Handler] or a [net/http.RoundTripper],
 // so it works alike on loopback with [net/http/httptest.NewServer], on a
