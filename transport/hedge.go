@@ -87,6 +87,7 @@ type hedgeConfig struct {
 	budget       retryBudget
 	countOps     bool
 	refuses      func(*http.Request, time.Time) error // set by New: asks its breakers
+	underRetry   bool                                 // set by New: a Retry is above
 	idleCut      *DeadlineError                       // set by New: IdleTimeout's cut, for the failed bodies it reads
 	classify     policy.Classifier
 	defaultCls   bool
@@ -106,6 +107,18 @@ type hedger struct {
 	// budget: it counts the operations, and each of its attempts through
 	// here is not one more.
 	opsCounted bool
+	// underRetry is set when a Retry is just above: it hands back a
+	// stream judged a failed attempt as it came, so this need not.
+	underRetry bool
+}
+
+// out returns a copy's outcome to the layer above: a stream judged a
+// failed attempt is restored unless a Retry above may still try again.
+func (t *hedger) out(resp *http.Response, err error) (*http.Response, error) {
+	if t.underRetry || t.c.underRetry {
+		return resp, err
+	}
+	return restoreStreamErr(resp, err)
 }
 
 func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
@@ -172,14 +185,14 @@ type hedgeResult struct {
 func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := t.c
 	if req.URL == nil || c.hedges == 0 {
-		return t.next.RoundTrip(req)
+		return t.out(t.next.RoundTrip(req))
 	}
 	start := time.Now()
 	if c.countOps && !t.opsCounted && c.budget != nil {
 		c.budget.request(req.URL, clockOf(start))
 	}
 	if !policy.SafeToResend(req, c.keyHeader) {
-		return t.next.RoundTrip(req)
+		return t.out(t.next.RoundTrip(req))
 	}
 	var key string // the latency sketch's key, with an adaptive delay
 	delay := c.fixed
@@ -191,7 +204,7 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 			if err == nil {
 				t.lat.Observe(key, time.Since(start))
 			}
-			return resp, err
+			return t.out(resp, err)
 		}
 		delay = max(d, c.floor)
 	}
@@ -202,11 +215,11 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 	defer body.finish() // the caller's body is closed once no copy reads it
 	if !body.replayable() {
 		if body.first != nil {
-			return t.next.RoundTrip(body.firstRequest(req))
+			return t.out(t.next.RoundTrip(body.firstRequest(req)))
 		}
-		return t.next.RoundTrip(req)
+		return t.out(t.next.RoundTrip(req))
 	}
-	return t.race(req, key, &body, start, delay)
+	return t.out(t.race(req, key, &body, start, delay))
 }
 
 // race sends the first copy, then a hedge every delay while none has

@@ -191,6 +191,17 @@ type Options struct {
 	// after its caller gave up. False (the default) sends nothing.
 	PropagateDeadline bool
 
+	// FirstEventTimeout bounds a stream (server-sent events, NDJSON) from
+	// its headers to its first content event; past it the attempt fails
+	// and may be tried again. Streams are handed back at that event (see
+	// [FirstEvent]). Zero means no limit beyond IdleTimeout; negative
+	// hands streams back at their headers.
+	FirstEventTimeout time.Duration
+
+	// Stream says which events open a stream without committing it; its
+	// zero value uses [policy.DefaultStreamPreambles].
+	Stream policy.Stream
+
 	// Hooks observe what the stack does. They are added to any hooks set
 	// in Retry, Breaker and RateLimit, which still run.
 	Hooks Hooks
@@ -308,6 +319,7 @@ func New(o Options) http.RoundTripper {
 		var mw Middleware
 		mw, hedge = newHedge(*o.Hedge, o, retry, reg)
 		hedge.idleCut = idleCut
+		hedge.underRetry = retry != nil
 		mws = append(mws, mw)
 	}
 	if o.Throttle != nil {
@@ -360,6 +372,9 @@ func New(o Options) http.RoundTripper {
 	attempt := o.AttemptTimeout
 	if !on(LayerAttemptTimeout) {
 		attempt = 0
+	}
+	if mw := firstEventMiddleware(o.FirstEventTimeout, idle, o.Stream, retry != nil || hedge != nil); mw != nil {
+		mws = append(mws, mw) // streams commit at their first event
 	}
 	// The attempt bound stays in place with no AttemptTimeout, so that
 	// WithReadBody works on any stack; with neither, it passes requests

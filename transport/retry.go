@@ -95,8 +95,11 @@ func Retry(p policy.Retry) Middleware {
 		onGiveUp:   p.OnGiveUp,
 	}
 	return func(next http.RoundTripper) http.RoundTripper {
-		if h, ok := next.(*hedger); ok && c.budget != nil && h.c.budget == c.budget {
-			h.opsCounted = true // one Budget: its operations are counted here
+		if h, ok := next.(*hedger); ok {
+			h.underRetry = true // a judged stream is restored here
+			if c.budget != nil && h.c.budget == c.budget {
+				h.opsCounted = true // one Budget: its operations are counted here
+			}
 		}
 		return &retrier{next: orDefault(next), c: c}
 	}
@@ -223,7 +226,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if r.GetBody != nil && !policy.SafeToResend(req, c.keyHeader) {
 			r = withoutGetBody(r, r != req)
 		}
-		return t.next.RoundTrip(r)
+		return restoreStreamErr(t.next.RoundTrip(r))
 	}
 	ctx := req.Context()
 	safe := policy.SafeToResend(req, c.keyHeader)
@@ -361,7 +364,7 @@ func (t *retrier) giveUp(req *http.Request, attempts int, resp *http.Response, e
 		}
 		return nil, &RetryError{Attempts: attempts, Reason: step.Reason, Err: err, Refusal: step.Refusal}
 	}
-	return resp, nil
+	return restoreStream(resp), nil // a stream judged a failed attempt goes back as it came
 }
 
 // withoutGetBody returns r without GetBody (r itself when own, else a
