@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -65,14 +66,14 @@ func TestFirstEventRules(t *testing.T) {
 		opts     func(*Options)
 		steps    []httptestutil.Step
 		want     []httptestutil.SSEEvent // the stream the caller reads; nil: the first step's, as the bare client reads it
-		wantBody string // the body the caller reads, when not SSE
+		wantBody string                  // the body the caller reads, when not SSE
 		requests int
 		wantErr  string // the error's text has this, when the stack fails
 	}{
 		{name: "overloaded_error after message_start, vouched POST: retried, invisible",
 			method: "POST", vouched: true,
-			steps:    []httptestutil.Step{overloaded, httptestutil.SSE(okStream...)},
-			want:     okStream, requests: 2},
+			steps: []httptestutil.Step{overloaded, httptestutil.SSE(okStream...)},
+			want:  okStream, requests: 2},
 		{name: "OpenAI server_error chunk, GET: retried, invisible",
 			method: "GET",
 			steps: []httptestutil.Step{
@@ -108,9 +109,9 @@ func TestFirstEventRules(t *testing.T) {
 			steps:  []httptestutil.Step{httptestutil.KeepaliveStall(100 * time.Millisecond), httptestutil.SSE(okStream...)},
 			want:   okStream, requests: 2},
 		{name: "keepalives only past FirstEventTimeout, unvouched POST: cut, not sent again",
-			method: "POST",
-			opts:   func(o *Options) { o.FirstEventTimeout = 5 * time.Second },
-			steps:  []httptestutil.Step{httptestutil.KeepaliveStall(100 * time.Millisecond), httptestutil.SSE(okStream...)},
+			method:   "POST",
+			opts:     func(o *Options) { o.FirstEventTimeout = 5 * time.Second },
+			steps:    []httptestutil.Step{httptestutil.KeepaliveStall(100 * time.Millisecond), httptestutil.SSE(okStream...)},
 			requests: 1, wantErr: "FirstEventTimeout of 5s exceeded"},
 		{name: "a slow first token within FirstEventTimeout is waited for",
 			method: "GET",
@@ -203,4 +204,223 @@ func render(evs []httptestutil.SSEEvent) string {
 		b.WriteString("data: " + ev.Data + "\n\n")
 	}
 	return b.String()
+}
+
+// foreign is a RoundTripper sturdy did not write, as otelhttp is: it
+// sends a clone of the request with a context of its own, and wraps the
+// response body.
+type foreign struct{ next http.RoundTripper }
+
+type foreignKey struct{}
+
+type foreignBody struct{ io.ReadCloser }
+
+func (f foreign) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(context.WithValue(req.Context(), foreignKey{}, "span"))
+	resp, err := f.next.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = foreignBody{resp.Body}
+	return resp, nil
+}
+
+func foreignMW(next http.RoundTripper) http.RoundTripper { return foreign{next} }
+
+// The same rules with the stack built with Chain, and with a foreign
+// RoundTripper between the layers: an error event before content is
+// retried, and when no attempt is left the last stream is handed back
+// byte for byte, through Retry, through Hedge alone, and with one attempt.
+func TestFirstEventChain(t *testing.T) {
+	overloaded := httptestutil.AnthropicErrorAfterStart("overloaded_error")
+	retry := policy.Retry{MaxAttempts: 2, Backoff: constant(time.Second)}
+	stacks := []struct {
+		name string
+		mws  []Middleware
+	}{
+		{"Retry, FirstEvent", []Middleware{Retry(retry), FirstEvent(0, policy.Stream{})}},
+		{"Retry, foreign, FirstEvent", []Middleware{Retry(retry), foreignMW, FirstEvent(0, policy.Stream{})}},
+		{"foreign, Retry, foreign, FirstEvent, foreign", []Middleware{foreignMW, Retry(retry), foreignMW, FirstEvent(0, policy.Stream{}), foreignMW}},
+		{"Retry, Hedge, FirstEvent", []Middleware{Retry(retry), Hedge(policy.Hedge{Delay: time.Minute}), FirstEvent(0, policy.Stream{})}},
+	}
+	scripts := []struct {
+		name     string
+		steps    []httptestutil.Step
+		want     string // "" means the first step's stream, as the bare client reads it
+		requests int
+	}{
+		{"overloaded, then a stream", []httptestutil.Step{overloaded, httptestutil.SSE(okStream...)}, render(okStream), 2},
+		{"overloaded every time", []httptestutil.Step{overloaded.Times(2)}, "", 2},
+	}
+	for _, st := range stacks {
+		for _, sc := range scripts {
+			t.Run(st.name+"/"+sc.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					bare := newFakeEnv(t, httptestutil.Script(sc.steps...))
+					_, bareBody, err := fetchStream(t, bare.base, "GET", bare.url)
+					if err != nil {
+						t.Fatalf("bare: %v", err)
+					}
+					rec := httptestutil.NewRecorder(httptestutil.Script(sc.steps...))
+					env := newFakeEnv(t, rec)
+					status, body, err := fetchStream(t, Chain(env.base, st.mws...), "GET", env.url)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := sc.want
+					if want == "" {
+						want = bareBody
+					}
+					if status != 200 || body != want {
+						t.Errorf("got %d %q\nwant 200 %q", status, body, want)
+					}
+					rec.WantCount(t, sc.requests)
+				})
+			})
+		}
+	}
+	// With nothing left to try, a judged stream goes back as it came: one
+	// attempt, in Chain and in New, and Hedge with no Retry above.
+	alone := []struct {
+		name string
+		rt   func(base http.RoundTripper) http.RoundTripper
+	}{
+		{"Retry of one attempt", func(b http.RoundTripper) http.RoundTripper {
+			return Chain(b, Retry(policy.Retry{MaxAttempts: 1}), FirstEvent(0, policy.Stream{}))
+		}},
+		{"New with one attempt", func(b http.RoundTripper) http.RoundTripper {
+			return New(Options{Base: b, Retry: policy.Retry{MaxAttempts: 1}})
+		}},
+		{"Hedge alone", func(b http.RoundTripper) http.RoundTripper {
+			return Chain(b, Hedge(policy.Hedge{Delay: time.Minute}), foreignMW, FirstEvent(0, policy.Stream{}))
+		}},
+		{"New, Hedge without Retry", func(b http.RoundTripper) http.RoundTripper {
+			return New(Options{Base: b, Disable: LayerRetry, Hedge: &policy.Hedge{Delay: time.Minute}})
+		}},
+	}
+	for _, a := range alone {
+		t.Run(a.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				bare := newFakeEnv(t, overloaded)
+				_, bareBody, _ := fetchStream(t, bare.base, "GET", bare.url)
+				rec := httptestutil.NewRecorder(httptestutil.Script(overloaded, httptestutil.SSE(okStream...)))
+				env := newFakeEnv(t, rec)
+				status, body, err := fetchStream(t, a.rt(env.base), "GET", env.url)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if status != 200 || body != bareBody {
+					t.Errorf("got %d %q\nwant 200 %q", status, body, bareBody)
+				}
+				rec.WantCount(t, 1)
+			})
+		})
+	}
+}
+
+// A stream whose headers come at once but whose first token is slow is
+// hedged at the hedge delay, timed from its first content event; the
+// hedge's stream wins and the slow copy is canceled (the server sees it
+// go away). With streams handed back at their headers (a negative
+// FirstEventTimeout) the slow copy is never hedged. The bare client
+// beside waits for the slow token.
+func TestFirstEventHedge(t *testing.T) {
+	slow := httptestutil.SSE(events(httptestutil.AnthropicStart(), httptestutil.AnthropicText(10*time.Second, 0, "slow"))...)
+	fast := httptestutil.SSE(events(httptestutil.AnthropicStart(), httptestutil.AnthropicText(300*time.Millisecond, 0, "fast"))...)
+	tests := []struct {
+		name     string
+		first    time.Duration // FirstEventTimeout
+		want     string
+		wantTTFT time.Duration
+		requests int
+		canceled int
+	}{
+		{"timed to the first event", 0, "fast", time.Second + 300*time.Millisecond, 2, 1},
+		{"timed to the headers", -1, "slow", 10 * time.Second, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				bare := newFakeEnv(t, httptestutil.Script(slow, fast))
+				start := time.Now()
+				_, bareBody, err := fetchStream(t, bare.base, "GET", bare.url)
+				if err != nil || !strings.Contains(bareBody, "slow") || time.Since(start) != 10*time.Second {
+					t.Fatalf("bare client: %v after %v, %q; want the slow stream after 10s", err, time.Since(start), bareBody)
+				}
+
+				rec := httptestutil.NewRecorder(httptestutil.Script(slow, fast))
+				env := newFakeEnv(t, rec)
+				var hooks hedgeCounts
+				h := hooks.policy(policy.Hedge{Delay: time.Second})
+				rt := New(Options{Base: env.base, FirstEventTimeout: tt.first, Hedge: &h})
+				req, _ := http.NewRequest("GET", env.url, nil)
+				start = time.Now()
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body := readAll(t, resp) // the stream ends at once after its token
+				ttft := time.Since(start)
+				if !strings.Contains(body, tt.want) || ttft != tt.wantTTFT {
+					t.Errorf("got %q at %v, want the %s stream at %v", body, ttft, tt.want, tt.wantTTFT)
+				}
+				synctest.Wait()
+				rec.WantCount(t, tt.requests)
+				hooks.want(t, tt.requests-1, tt.requests-1, tt.canceled)
+				if tt.canceled > 0 {
+					if d := rec.Requests()[0].Disconnected; d.IsZero() || d.Sub(start) != tt.wantTTFT {
+						t.Errorf("the slow copy went away at %v, want at %v", d.Sub(start), tt.wantTTFT)
+					}
+				}
+			})
+		})
+	}
+}
+
+// The adaptive hedge delay learns a stream's time to its first event,
+// not to its headers: after streams whose tokens come 300 ms after their
+// headers, a stream whose token is 10 s late is hedged within a quantile's
+// bucket of 300 ms, where a delay learned from headers (which come at
+// once) would hedge every stream at the floor.
+func TestFirstEventHedgeLearnsTimeToFirstEvent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		stream := func(first time.Duration) http.Handler {
+			return httptestutil.SSE(events(httptestutil.AnthropicStart(), httptestutil.AnthropicText(first, 0, "x"))...)
+		}
+		rec := httptestutil.NewRecorder(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" && n.Add(1) == 1 {
+				stream(10*time.Second).ServeHTTP(w, r)
+				return
+			}
+			stream(300*time.Millisecond).ServeHTTP(w, r)
+		}))
+		env := newFakeEnv(t, rec)
+		var hooks hedgeCounts
+		h := hooks.policy(policy.Hedge{})
+		rt := New(Options{Base: env.base, Hedge: &h})
+		get := func(path string) time.Duration {
+			req, _ := http.NewRequest("GET", env.url+path, nil)
+			start := time.Now()
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := time.Since(start)
+			readAll(t, resp)
+			return d
+		}
+		for range policy.DefaultLatencyMinSamples {
+			if d := get("/learn"); d != 300*time.Millisecond {
+				t.Fatalf("time to first event %v, want 300ms", d)
+			}
+		}
+		d := get("/slow")
+		synctest.Wait()
+		hooks.want(t, 1, 1, 1)
+		// The quantile is the upper edge of a bucket 25% wide.
+		if lo, hi := 300*time.Millisecond, 300*time.Millisecond*5/4+300*time.Millisecond; d < lo+300*time.Millisecond || d > hi+300*time.Millisecond {
+			t.Errorf("the slow stream's first event came after %v, want a hedge after 300–375ms, then 300ms", d)
+		}
+	})
 }
