@@ -38,6 +38,10 @@ const aheadChunk = 4 << 10
 //   - a stall is a [*ResponseBodyError] wrapping a [*DeadlineError]
 //     named "FirstEventTimeout", and the connection is closed.
 //
+// A request whose body may still be being written (a full-duplex stream:
+// no declared length, no GetBody) is handed back at its headers, as
+// before: its first event may wait on the caller's next write.
+//
 // Comments, pings and the events in s.Preambles commit nothing. The
 // caller reads every byte of the stream handed back, preamble included.
 // When Retry or Hedge gives up on a judged stream, it hands back that
@@ -96,10 +100,24 @@ func (t *firstEvent) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	f := eventFormat(resp)
-	if f == 0 {
+	if f == 0 || !bodyDone(req) {
 		return resp, nil
 	}
 	return t.c.readAhead(req, resp, f)
+}
+
+// bodyDone reports whether req's body is known to be whole and on its
+// way: none, one that GetBody can make again or whose length is declared
+// (the transport sends it by itself), or one kept as it is sent that has
+// been read to its end. Any other body may be a full-duplex stream that
+// its caller writes only once the response is handed back: waiting for
+// the first event before then would wait for ever.
+func bodyDone(req *http.Request) bool {
+	if req.Body == nil || req.Body == http.NoBody || req.GetBody != nil || req.ContentLength > 0 {
+		return true
+	}
+	t := teeOf(req.Body)
+	return t != nil && t.complete()
 }
 
 // eventFormat returns how resp frames its events when it is a stream
