@@ -158,12 +158,24 @@ var ndjsonTypes = [...]string{
 
 // readAhead reads resp's body until its first content event, and hands
 // resp back with a body that gives the bytes read, then the rest; or
-// returns the failed attempt that the events before it make.
+// returns the failed attempt that the events before it make. The
+// Timeout of [New] above is held off meanwhile (see holdDeadline).
 func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f lex.EventFormat) (*http.Response, error) {
+	hold := holdDeadline(req.Context())
 	body := resp.Body
 	w := c.watch(body)
 	buf := make([]byte, 0, aheadChunk)
 	sc := lex.EventScanner{Format: f}
+	commit := func() (*http.Response, error) {
+		w.stop()
+		hold.releaseDeadline(true)
+		return commitStream(resp, buf, body), nil
+	}
+	fail := func(status int, why string) (*http.Response, error) {
+		w.stop()
+		hold.releaseDeadline(false)
+		return judgedStream(req, resp, buf, body, status, why), nil
+	}
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)] // grow
@@ -175,40 +187,95 @@ func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f l
 		}
 		for {
 			ev, ok := sc.Next(buf)
-			if !ok {
-				break
-			}
-			if ev.Comment {
-				continue
-			}
-			v := c.s.Judge(ev.Name, ev.Data)
 			switch {
-			case v.Kind == policy.EventKeepalive:
+			case !ok:
+			case ev.Comment:
 				continue
-			case v.Kind == policy.EventContent || v.Final || !c.judge:
-				w.stop()
-				return commitStream(resp, buf, body), nil
+			case ev.Other: // not SSE after all: handed back as it is
+				return commit()
+			default:
+				v := c.s.Judge(ev.Name, ev.Data)
+				switch {
+				case v.Kind == policy.EventKeepalive:
+					continue
+				case v.Kind == policy.EventContent || v.Final || !c.judge:
+					return commit()
+				}
+				return fail(v.Status, "stream error event "+v.Type)
 			}
-			w.stop()
-			return judgedStream(req, resp, buf, body, v.Status, "stream error event "+v.Type), nil
+			break
 		}
-		if rerr == io.EOF {
-			w.stop()
-			if !c.judge {
-				return commitStream(resp, buf, body), nil
-			}
-			return judgedStream(req, resp, buf, body, http.StatusBadGateway, "stream ended before its first event"), nil
-		}
-		if rerr != nil {
+		switch {
+		case rerr == io.EOF && c.judge:
+			return fail(http.StatusBadGateway, "stream ended before its first event")
+		case rerr == io.EOF, len(buf) >= maxAhead:
+			return commit()
+		case rerr != nil:
 			if cut := w.stop(); cut != nil {
 				rerr = cut
 			}
+			hold.releaseDeadline(false)
 			body.Close()
 			return nil, &ResponseBodyError{Status: resp.StatusCode, Read: int64(len(buf)), Err: rerr}
 		}
-		if len(buf) >= maxAhead {
-			w.stop()
-			return commitStream(resp, buf, body), nil
+	}
+}
+
+// The bits of boundCtx.ahead.
+const (
+	aheadCount = 1<<6 - 1 // how many streams beneath read ahead
+	aheadHeld  = 1 << 6   // the deadline was armed when the first began, and is held off
+	aheadWon   = 1 << 7   // a stream was committed: the deadline stays off
+)
+
+// holdDeadline holds off the deadline of the Timeout bound of [New] above
+// (found in ctx) while a stream beneath waits for its first event: that
+// wait is bounded by FirstEventTimeout and IdleTimeout, as the stream's
+// body would be, so that a model thinking for longer than Timeout before
+// its first token is not cut. It returns nil when there is no such bound.
+// The deadline comes back, as it was, when every stream that held it has
+// failed; once one is committed it stays off.
+func holdDeadline(ctx context.Context) *boundCtx {
+	c, ok := ctx.Value(boundCtxKey{}).(*boundCtx)
+	if !ok || c.b.mode != boundOperation {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended() != live || c.ahead&aheadCount == aheadCount || c.ahead&aheadWon != 0 {
+		return nil
+	}
+	c.ahead++
+	if c.dlArmed {
+		c.dlArmed = false
+		c.ahead |= aheadHeld
+		if c.watched {
+			c.rearmLocked(clockNow())
+		}
+	}
+	return c
+}
+
+// releaseDeadline ends a hold of holdDeadline: committed says whether
+// the stream was handed back.
+func (c *boundCtx) releaseDeadline(committed bool) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ahead--
+	if committed {
+		c.ahead |= aheadWon
+	}
+	if c.ahead&aheadCount != 0 || c.ahead&(aheadHeld|aheadWon) != aheadHeld {
+		return
+	}
+	c.ahead &^= aheadHeld
+	if c.ended() == live {
+		c.dlArmed = true
+		if c.watched {
+			c.rearmLocked(clockNow())
 		}
 	}
 }

@@ -17,6 +17,10 @@ type Event struct {
 	// Comment is set for an SSE comment line (": keepalive"), which
 	// carries no event; Name and Data are then empty.
 	Comment bool
+	// Other is set for a line that is no SSE field (event, data, id,
+	// retry) and no comment: a stream labelled SSE that may not be SSE at
+	// all. Name and Data are then empty.
+	Other bool
 	// Name is the SSE event field ("message_start", "error"); empty
 	// when the event has none, and always for NDJSON.
 	Name string
@@ -113,6 +117,7 @@ func (s *EventScanner) line(l []byte) (Event, bool) {
 	switch string(field) {
 	case "event":
 		s.name = string(value)
+	case "id", "retry":
 	case "data":
 		switch s.lines {
 		case 0:
@@ -123,6 +128,8 @@ func (s *EventScanner) line(l []byte) (Event, bool) {
 			s.data = append(append(s.data, '\n'), value...)
 		}
 		s.lines++
+	default:
+		return Event{Other: true}, true
 	}
 	return Event{}, false
 }

@@ -22,6 +22,10 @@ func scanAll(f EventFormat, in string, chunk int) []string {
 				got = append(got, "comment")
 				continue
 			}
+			if ev.Other {
+				got = append(got, "other")
+				continue
+			}
 			got = append(got, fmt.Sprintf("%s|%s", ev.Name, ev.Data))
 		}
 	}
@@ -44,6 +48,7 @@ func TestEventScanner(t *testing.T) {
 		{"lone CR line ends", SSE, "event: x\rdata: 1\r\r", []string{"x|1"}},
 		{"an event without data is not dispatched", SSE, "event: x\n\ndata: 2\n\n", []string{"|2"}},
 		{"id and retry fields are skipped", SSE, "id: 7\nretry: 10\ndata: 3\n\n", []string{"|3"}},
+		{"a line that is no field", SSE, "chunk\ndata: 1\n\n", []string{"other", "|1"}},
 		{"an unfinished event is not returned", SSE, "event: a\ndata: 1\n", nil},
 		{"two events", SSE, "event: a\ndata: 1\n\nevent: b\ndata: 2\n\n", []string{"a|1", "b|2"}},
 		{"NDJSON lines", NDJSON, "{\"a\":1}\n\n  {\"b\":2}\r\n", []string{"|{\"a\":1}", "|{\"b\":2}"}},
