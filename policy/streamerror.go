@@ -73,7 +73,8 @@ type streamErrorBody struct {
 // data. In order:
 //
 //   - an event named "error", or "response.failed", is an error;
-//   - an event named in Preambles is a keepalive;
+//   - an event named in Preambles is a keepalive, and any other named
+//     event is content: a name says what an event is, without its data;
 //   - data that is not a JSON object is content;
 //   - an object with a top-level "error" member (not null), or whose
 //     "type" is "error" or "response.failed", is an error;
@@ -83,12 +84,18 @@ type streamErrorBody struct {
 // An error's type is read from error.code, error.type, a top-level code,
 // or response.error.code, the first that [StreamErrorStatus] knows, and
 // is judged by StreamErrorStatus.
-func (s Stream) Judge(name string, data []byte) EventVerdict {
-	isError := name == "error" || name == "response.failed"
-	if !isError && name != "" && s.preamble(name) {
-		return EventVerdict{Kind: EventKeepalive}
+func (s Stream) Judge(name, data []byte) EventVerdict {
+	isError := string(name) == "error" || string(name) == "response.failed"
+	if !isError && len(name) > 0 {
+		if s.preamble(name) {
+			return EventVerdict{Kind: EventKeepalive}
+		}
+		return EventVerdict{Kind: EventContent}
 	}
 	d := bytes.TrimLeft(data, " \t\r\n")
+	if !isError && len(d) > 0 && !bytes.Contains(d, []byte(`"error"`)) && !bytes.Contains(d, []byte(`"type"`)) {
+		return EventVerdict{Kind: EventContent} // nothing to look up: no JSON decoding
+	}
 	if len(d) == 0 || d[0] != '{' {
 		if isError {
 			return errorVerdict(nil)
@@ -107,7 +114,7 @@ func (s Stream) Judge(name string, data []byte) EventVerdict {
 	}
 	hasError := len(env.Error) > 0 && string(env.Error) != "null"
 	if !isError && !hasError && env.Type != "error" && env.Type != "response.failed" {
-		if env.Type != "" && s.preamble(env.Type) {
+		if env.Type != "" && s.preamble([]byte(env.Type)) {
 			return EventVerdict{Kind: EventKeepalive}
 		}
 		return EventVerdict{Kind: EventContent}
@@ -155,13 +162,13 @@ func jsonString(raw json.RawMessage) string {
 	return s
 }
 
-func (s Stream) preamble(name string) bool {
+func (s Stream) preamble(name []byte) bool {
 	p := s.Preambles
 	if p == nil {
 		p = DefaultStreamPreambles
 	}
 	for _, x := range p {
-		if x == name {
+		if x == string(name) {
 			return true
 		}
 	}

@@ -48,7 +48,7 @@ func TestStreamJudge(t *testing.T) {
 		{"invalid JSON is content", Stream{}, "", `{"choices":`, EventVerdict{Kind: EventContent}},
 	}
 	for _, tt := range tests {
-		if got := tt.s.Judge(tt.event, []byte(tt.data)); got != tt.want {
+		if got := tt.s.Judge([]byte(tt.event), []byte(tt.data)); got != tt.want {
 			t.Errorf("%s: Judge(%q, %s) = %+v, want %+v", tt.name, tt.event, tt.data, got, tt.want)
 		}
 	}

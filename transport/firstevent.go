@@ -161,64 +161,74 @@ var ndjsonTypes = [...]string{
 // returns the failed attempt that the events before it make. The
 // Timeout of [New] above is held off meanwhile (see holdDeadline).
 func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f lex.EventFormat) (*http.Response, error) {
-	hold := holdDeadline(req.Context())
+	a := aheadRead{hold: holdDeadline(req.Context()), w: c.watch(resp.Body), buf: make([]byte, 0, aheadChunk)}
 	body := resp.Body
-	w := c.watch(body)
-	buf := make([]byte, 0, aheadChunk)
 	sc := lex.EventScanner{Format: f}
-	commit := func() (*http.Response, error) {
-		w.stop()
-		hold.releaseDeadline(true)
-		return commitStream(resp, buf, body), nil
-	}
-	fail := func(status int, why string) (*http.Response, error) {
-		w.stop()
-		hold.releaseDeadline(false)
-		return judgedStream(req, resp, buf, body, status, why), nil
-	}
 	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)] // grow
+		if len(a.buf) == cap(a.buf) {
+			a.buf = append(a.buf, 0)[:len(a.buf)] // grow
 		}
-		n, rerr := body.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if n > 0 && w != nil {
-			w.progress()
+		n, rerr := body.Read(a.buf[len(a.buf):cap(a.buf)])
+		a.buf = a.buf[:len(a.buf)+n]
+		if n > 0 && a.w != nil {
+			a.w.progress()
 		}
 		for {
-			ev, ok := sc.Next(buf)
+			ev, ok := sc.Next(a.buf)
 			switch {
 			case !ok:
 			case ev.Comment:
 				continue
 			case ev.Other: // not SSE after all: handed back as it is
-				return commit()
+				return a.commit(resp), nil
 			default:
 				v := c.s.Judge(ev.Name, ev.Data)
 				switch {
 				case v.Kind == policy.EventKeepalive:
 					continue
 				case v.Kind == policy.EventContent || v.Final || !c.judge:
-					return commit()
+					return a.commit(resp), nil
 				}
-				return fail(v.Status, "stream error event "+v.Type)
+				return a.fail(req, resp, v.Status, "stream error event "+v.Type), nil
 			}
 			break
 		}
 		switch {
 		case rerr == io.EOF && c.judge:
-			return fail(http.StatusBadGateway, "stream ended before its first event")
-		case rerr == io.EOF, len(buf) >= maxAhead:
-			return commit()
+			return a.fail(req, resp, http.StatusBadGateway, "stream ended before its first event"), nil
+		case rerr == io.EOF, len(a.buf) >= maxAhead:
+			return a.commit(resp), nil
 		case rerr != nil:
-			if cut := w.stop(); cut != nil {
+			if cut := a.w.stop(); cut != nil {
 				rerr = cut
 			}
-			hold.releaseDeadline(false)
+			a.hold.releaseDeadline(false)
 			body.Close()
-			return nil, &ResponseBodyError{Status: resp.StatusCode, Read: int64(len(buf)), Err: rerr}
+			return nil, &ResponseBodyError{Status: resp.StatusCode, Read: int64(len(a.buf)), Err: rerr}
 		}
 	}
+}
+
+// aheadRead is the state of one read ahead.
+type aheadRead struct {
+	hold *boundCtx   // the Timeout bound above, its deadline held off; nil: none
+	w    *aheadWatch // nil: no limit
+	buf  []byte      // every byte read
+}
+
+// commit ends the read ahead with resp handed back, its body read from
+// the start.
+func (a *aheadRead) commit(resp *http.Response) *http.Response {
+	a.w.stop()
+	a.hold.releaseDeadline(true)
+	return commitStream(resp, a.buf, resp.Body)
+}
+
+// fail ends the read ahead with a failed attempt judged as status.
+func (a *aheadRead) fail(req *http.Request, resp *http.Response, status int, why string) *http.Response {
+	a.w.stop()
+	a.hold.releaseDeadline(false)
+	return judgedStream(req, resp, a.buf, resp.Body, status, why)
 }
 
 // The bits of boundCtx.ahead.

@@ -22,8 +22,9 @@ type Event struct {
 	// all. Name and Data are then empty.
 	Other bool
 	// Name is the SSE event field ("message_start", "error"); empty
-	// when the event has none, and always for NDJSON.
-	Name string
+	// when the event has none, and always for NDJSON. It aliases the
+	// scanned bytes, as Data does.
+	Name []byte
 	// Data is the event's data: its SSE data lines joined by newlines,
 	// or an NDJSON line without its line end. It aliases the scanned
 	// bytes or the scanner's scratch: it is valid until the next call.
@@ -39,7 +40,7 @@ type EventScanner struct {
 	Format EventFormat
 
 	off     int    // where the next line starts in the caller's bytes
-	name    string // the event field of the SSE event being read
+	name    []byte // the event field of the SSE event being read (aliases the caller's bytes)
 	data    []byte // the data of the SSE event being read, when it spans lines
 	first   []byte // its data when it is one line (aliases the caller's bytes)
 	lines   int    // data lines of the event being read
@@ -97,7 +98,7 @@ func (s *EventScanner) line(l []byte) (Event, bool) {
 		default:
 			ev.Data = s.data
 		}
-		s.name, s.first, s.lines = "", nil, 0
+		s.name, s.first, s.lines = nil, nil, 0
 		s.data = s.data[:0]
 		return ev, n > 0
 	}
@@ -116,7 +117,7 @@ func (s *EventScanner) line(l []byte) (Event, bool) {
 	}
 	switch string(field) {
 	case "event":
-		s.name = string(value)
+		s.name = value
 	case "id", "retry":
 	case "data":
 		switch s.lines {
