@@ -20,7 +20,7 @@ import (
 // ttftScale is how much faster than life the time-to-first-token
 // benchmark runs: its server's waits are divided by it, and the figures it
 // reports are multiplied back, so that 10,000 streams take seconds.
-const ttftScale = 50
+const ttftScale = 20
 
 // ttftShape draws one attempt's time to its first content event, at
 // life scale: 5% take 5 to 20 s, the rest 200 to 400 ms.
@@ -105,7 +105,7 @@ func (s *slowStream) Close() error {
 // 400 ms, but 5 to 20 s for 5% of attempts, the time to first token
 // (from the call to the stream's first content event, read by the
 // caller) at p50, p99 and p99.9, in seconds at life scale, and the extra
-// requests each operation cost. The server runs 50 times faster than
+// requests each operation cost. The server runs 20 times faster than
 // life (see ttftScale). Clients: none (the bare transport); sturdy's
 // default stack with a hedge of 600 ms timed to the headers (streams
 // handed back at their headers, FirstEventTimeout -1: no stream is ever

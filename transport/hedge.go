@@ -17,7 +17,9 @@ import (
 // [Retry] uses: [policy.SafeToResend]) has no response headers after a
 // delay, another copy is sent, up to h.MaxHedges (1 by default) more. The
 // delay is h.Delay, or, when it is zero, the 95th percentile of the
-// host's recent latencies (see [policy.Latencies]).
+// host's recent latencies (see [policy.Latencies]). A stream beneath a
+// [FirstEvent] layer (as in [New]) answers at its first content event, so
+// its hedges, and the latencies learned, are timed to that event.
 //
 //   - The first acceptable response wins: a response that h.Classify (the
 //     retry classifier) would retry, or an error, does not win while
