@@ -10,7 +10,7 @@ import (
 
 // BenchmarkFirstEvent measures what the commit at the first event costs
 // a stream that succeeds, in Anthropic's shape (message_start and a ping
-// before the first content event, 1.5 KiB in all), read whole, on an
+// before the first content event, 896 bytes in all), read whole, on an
 // in-memory base: New with streams handed back at their headers, at the
 // first event (the default), and with a FirstEventTimeout (its timer).
 func BenchmarkFirstEvent(b *testing.B) {
