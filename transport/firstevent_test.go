@@ -370,8 +370,9 @@ func TestFirstEventHedge(t *testing.T) {
 				}
 				body := readAll(t, resp) // the stream ends at once after its token
 				ttft := time.Since(start)
-				if !strings.Contains(body, tt.want) || ttft != tt.wantTTFT {
-					t.Errorf("got %q at %v, want the %s stream at %v", body, ttft, tt.want, tt.wantTTFT)
+				// Every byte of the winner, preamble included, and nothing of the loser.
+				if want := render(events(httptestutil.AnthropicStart(), httptestutil.AnthropicText(0, 0, tt.want))); body != want || ttft != tt.wantTTFT {
+					t.Errorf("got %q at %v, want the %s stream, %q, at %v", body, ttft, tt.want, want, tt.wantTTFT)
 				}
 				synctest.Wait()
 				rec.WantCount(t, tt.requests)
@@ -432,4 +433,42 @@ func TestFirstEventHedgeLearnsTimeToFirstEvent(t *testing.T) {
 			t.Errorf("the slow stream's first event came after %v, want a hedge after 300–375ms, then 300ms", d)
 		}
 	})
+}
+
+// The layers between Retry and FirstEvent see the status an error event
+// stands for: two overloaded_error streams in a row open a breaker that
+// trips after two failures, as two 529s would; two final errors
+// (invalid_request_error, handed back as they came) do not.
+func TestFirstEventBreakerSeesJudgedStatus(t *testing.T) {
+	tests := []struct {
+		name     string
+		typ      string
+		wantOpen bool
+	}{
+		{"overloaded_error stands for 529: counted", "overloaded_error", true},
+		{"invalid_request_error is final, a 200 as it came: not counted", "invalid_request_error", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				env := newFakeEnv(t, httptestutil.AnthropicErrorAfterStart(tt.typ).Forever())
+				var opened atomic.Bool
+				rt := New(Options{Base: env.base, Retry: policy.Retry{MaxAttempts: 1},
+					Breaker: BreakerSettings{ConsecutiveFailures: 2, OnStateChange: func(_ string, _, to BreakerState) {
+						if to == BreakerOpen {
+							opened.Store(true)
+						}
+					}}})
+				for range 2 {
+					status, _, err := fetchStream(t, rt, "GET", env.url)
+					if err != nil || status != http.StatusOK {
+						t.Fatalf("got %d, %v; want the stream as it came, 200", status, err)
+					}
+				}
+				if got := opened.Load(); got != tt.wantOpen {
+					t.Errorf("breaker opened: %v, want %v", got, tt.wantOpen)
+				}
+			})
+		})
+	}
 }

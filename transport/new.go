@@ -245,8 +245,10 @@ type Hooks struct {
 //	IdempotencyKey, Deadline(Timeout), Retry, RateLimitAware, Breaker, Deadline(AttemptTimeout), base
 //
 // with [Hedge] then [Throttle] between Retry and RateLimitAware when
-// Options.Hedge and Options.Throttle set them, and [PropagateDeadline]
-// just above base when Options.PropagateDeadline is set.
+// Options.Hedge and Options.Throttle set them, [FirstEvent] between
+// Breaker and Deadline(AttemptTimeout) unless Options.FirstEventTimeout is
+// negative, and [PropagateDeadline] just above base when
+// Options.PropagateDeadline is set.
 //
 // The two deadline layers are shaped for what is read (see
 // Options.Timeout, AttemptTimeout and IdleTimeout): unlike a [Deadline]
