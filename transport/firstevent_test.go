@@ -472,3 +472,31 @@ func TestFirstEventBreakerSeesJudgedStatus(t *testing.T) {
 		})
 	}
 }
+
+// A copy whose stream opens with an error event is a failed copy for
+// Hedge: the first copy's error at 1.2 s does not win while the hedge
+// (sent at 1 s, first token at 1.3 s) runs, and the hedge's stream is the
+// one read, whole.
+func TestFirstEventHedgeErrorNeverWins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		first := httptestutil.SSE(events(httptestutil.AnthropicStart(), httptestutil.Keepalives(2, 600*time.Millisecond),
+			one(httptestutil.AnthropicError("overloaded_error", "Overloaded")))...)
+		second := events(httptestutil.AnthropicStart(), httptestutil.AnthropicText(300*time.Millisecond, 0, "fast"))
+		rec := httptestutil.NewRecorder(httptestutil.Script(first, httptestutil.SSE(second...)))
+		env := newFakeEnv(t, rec)
+		var hooks hedgeCounts
+		h := hooks.policy(policy.Hedge{Delay: time.Second})
+		rt := New(Options{Base: env.base, Hedge: &h})
+		start := time.Now()
+		status, body, err := fetchStream(t, rt, "GET", env.url)
+		if err != nil || status != 200 || body != render(second) {
+			t.Fatalf("got %d %q, %v; want the hedge's stream %q", status, body, err, render(second))
+		}
+		if got, want := time.Since(start), 1300*time.Millisecond; got != want {
+			t.Errorf("read after %v, want %v", got, want)
+		}
+		synctest.Wait()
+		rec.WantCount(t, 2)
+		hooks.want(t, 1, 1, 0) // the first copy failed on its own: nothing to cancel
+	})
+}
