@@ -194,7 +194,8 @@ type Options struct {
 	// FirstEventTimeout bounds a stream (server-sent events, NDJSON) from
 	// its headers to its first content event; past it the attempt fails
 	// and may be tried again. Streams are handed back at that event (see
-	// [FirstEvent]). Zero means no limit beyond IdleTimeout; negative
+	// [FirstEvent]). Timeout does not bound this wait, so that a model may
+	// think past it. Zero means no limit beyond IdleTimeout; negative
 	// hands streams back at their headers.
 	FirstEventTimeout time.Duration
 
