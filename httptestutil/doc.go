@@ -19,6 +19,11 @@
 //     POST /charges as the IETF Idempotency-Key draft describes) and
 //     [Outage] (healthy, down, healthy again, counting load per time
 //     bucket; with a finite capacity, a retry storm keeps it down).
+//   - Streams: [SSE] sends server-sent events on a schedule, made from
+//     [AnthropicStart], [AnthropicText], [AnthropicError],
+//     [OpenAIChunks], [OpenAIErrorChunk] and [Keepalives];
+//     [AnthropicErrorAfterStart] and [KeepaliveStall] are the failures
+//     that come after a stream's headers.
 //
 // Everything here is a [net/http.Handler] or a [net/http.RoundTripper],
 // so it works alike on loopback with [net/http/httptest.NewServer], on a

@@ -59,6 +59,7 @@ type boundCtx struct {
 	ownsStack bool // the layers beneath meet in b.stack: no layer above carries a stack
 	dlArmed   bool
 	idleArmed bool
+	ahead     uint8 // streams beneath read ahead to their first event, holding the deadline (see holdDeadline)
 	nextID    uint32
 	seen      uint32        // activity at the last tick, its low 32 bits
 	done      chan struct{} // made by Done; read without mu once state has doneMade

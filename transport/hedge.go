@@ -16,7 +16,9 @@ import (
 // [Retry] uses: [policy.SafeToResend]) has no response headers after a
 // delay, another copy is sent, up to h.MaxHedges (1 by default) more. The
 // delay is h.Delay, or, when it is zero, the 95th percentile of the
-// host's recent latencies (see [policy.Latencies]).
+// host's recent latencies (see [policy.Latencies]). A stream beneath a
+// [FirstEvent] layer (as in [New]) answers at its first content event, so
+// its hedges, and the latencies learned, are timed to that event.
 //
 //   - The first acceptable response wins: a response that h.Classify (the
 //     retry classifier) would retry, or an error, does not win while
@@ -99,6 +101,16 @@ type hedger struct {
 	c    *hedgeConfig
 	lat  *policy.Latencies // nil with a fixed delay
 	own  stack             // the stack beneath, when no layer above carries one
+}
+
+// out returns a copy's outcome to the layer above: a stream judged a
+// failed attempt is restored unless a Retry above (found through the
+// operation's stack, whatever stands between) may still try again.
+func (t *hedger) out(req *http.Request, resp *http.Response, err error) (*http.Response, error) {
+	if err != nil || resp == nil || resp.StatusCode < 400 || stackOf(req.Context()).retryConfig() != nil {
+		return resp, err
+	}
+	return restoreStreamErr(resp, err)
 }
 
 func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
@@ -187,7 +199,8 @@ type hedgeResult struct {
 func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := t.c
 	if req.URL == nil || c.hedges == 0 {
-		return t.next.RoundTrip(req)
+		resp, err := t.next.RoundTrip(req)
+		return t.out(req, resp, err)
 	}
 	start := time.Now()
 	op, req := withStack(req, &t.own)
@@ -198,7 +211,8 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 		budget.request(req.URL, clockOf(start))
 	}
 	if !policy.SafeToResend(req, c.keyHeader) {
-		return t.next.RoundTrip(req)
+		resp, err := t.next.RoundTrip(req)
+		return t.out(req, resp, err)
 	}
 	var key string // the latency sketch's key, with an adaptive delay
 	delay := c.fixed
@@ -210,7 +224,7 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 			if err == nil {
 				t.lat.Observe(key, time.Since(start))
 			}
-			return resp, err
+			return t.out(req, resp, err)
 		}
 		delay = max(d, c.floor)
 	}
@@ -221,11 +235,14 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 	defer body.finish() // the caller's body is closed once no copy reads it
 	if !body.replayable() {
 		if body.first != nil {
-			return t.next.RoundTrip(body.firstRequest(req))
+			resp, err := t.next.RoundTrip(body.firstRequest(req))
+			return t.out(req, resp, err)
 		}
-		return t.next.RoundTrip(req)
+		resp, err := t.next.RoundTrip(req)
+		return t.out(req, resp, err)
 	}
-	return t.race(op, budget, req, key, &body, start, delay)
+	resp, err := t.race(op, budget, req, key, &body, start, delay)
+	return t.out(req, resp, err)
 }
 
 // race sends the first copy, then a hedge every delay while none has

@@ -191,6 +191,18 @@ type Options struct {
 	// after its caller gave up. False (the default) sends nothing.
 	PropagateDeadline bool
 
+	// FirstEventTimeout bounds a stream (server-sent events, NDJSON) from
+	// its headers to its first content event; past it the attempt fails
+	// and may be tried again. Streams are handed back at that event (see
+	// [FirstEvent]). Timeout does not bound this wait, so that a model may
+	// think past it. Zero means no limit beyond IdleTimeout; negative
+	// hands streams back at their headers.
+	FirstEventTimeout time.Duration
+
+	// Stream says which events open a stream without committing it; its
+	// zero value uses [policy.DefaultStreamPreambles].
+	Stream policy.Stream
+
 	// Hooks observe what the stack does. They are added to any hooks set
 	// in Retry, Breaker and RateLimit, which still run.
 	Hooks Hooks
@@ -234,9 +246,11 @@ type Hooks struct {
 //	IdempotencyKey, Deadline(Timeout), Retry, RateLimitAware, Breaker, Deadline(AttemptTimeout), base
 //
 // with [Hedge] then [Throttle] between Retry and RateLimitAware when
-// Options.Hedge and Options.Throttle set them, and [PropagateDeadline]
-// just above base when Options.PropagateDeadline is set. It is
-// Chain(base, Layers(o)...): see [Layers].
+// Options.Hedge and Options.Throttle set them, [FirstEvent] between
+// Breaker and Deadline(AttemptTimeout) unless Options.FirstEventTimeout is
+// negative, and [PropagateDeadline] just above base when
+// Options.PropagateDeadline is set. It is Chain(base, Layers(o)...): see
+// [Layers].
 //
 // The two deadline layers are shaped for what is read (see
 // Options.Timeout, AttemptTimeout and IdleTimeout): unlike a [Deadline]
@@ -354,6 +368,9 @@ func Layers(o Options) []Middleware {
 	attempt := o.AttemptTimeout
 	if !on(LayerAttemptTimeout) {
 		attempt = 0
+	}
+	if mw := firstEventMiddleware(o.FirstEventTimeout, idle, o.Stream, on(LayerRetry) || o.Hedge != nil); mw != nil {
+		mws = append(mws, mw) // streams commit at their first event
 	}
 	// The attempt bound stays in place with no AttemptTimeout, so that
 	// WithReadBody works on any stack; with neither, it passes requests

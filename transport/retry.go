@@ -412,17 +412,19 @@ func (t *retrier) end(rec *opRecord, req *http.Request, n int, waited time.Durat
 	} else if step.Reason == policy.ReasonCallerError {
 		n = 0 // nothing could be sent
 	}
+	ok := resp != nil && resp.StatusCode < 400 // as judged: a stream that failed before its first event is not
+	resp, err = t.giveUp(req, n, resp, err, step)
 	if resp != nil && resp.Request != nil && rec == nil {
 		// The first attempt's response: its request gets the record.
 		resp.Request = record(&rec, resp.Request, nil)
 	}
 	if rec != nil {
 		rec.attempts, rec.reason, rec.waited = n, step.Reason, waited
-		if resp != nil && resp.StatusCode < 400 {
+		if ok {
 			rec.reason = ""
 		}
 	}
-	return t.giveUp(req, n, resp, err, step)
+	return resp, err
 }
 
 // giveUp ends an operation as step says: it reports the outcome to
@@ -442,7 +444,7 @@ func (t *retrier) giveUp(req *http.Request, attempts int, resp *http.Response, e
 		}
 		return nil, &RetryError{Attempts: attempts, Reason: step.Reason, Err: err, Refusal: step.Refusal}
 	}
-	return resp, nil
+	return restoreStream(resp), nil // a stream judged a failed attempt goes back as it came
 }
 
 // withoutGetBody returns r without GetBody (r itself when own, else a
