@@ -193,11 +193,13 @@ func (t *breakerTransport) CloseIdleConnections() { closeIdle(t.next) }
 // RoundTrip sends req through its host's breaker.
 func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	op := stackOf(req.Context())
-	if !op.bodiesChecked() {
-		var err error
-		if req, err = checkCaller(req, false); err != nil {
-			return nil, err // the caller's error counts neither way
-		}
+	// Checked here even beneath a Retry, which checks its attempts'
+	// bodies: a request may reach this layer by a way that passes no
+	// Retry (a router above it), and a body checked already costs one
+	// type assertion.
+	req, err := checkCaller(req, false)
+	if err != nil {
+		return nil, err // the caller's error counts neither way
 	}
 	op.joinBreakers(t.b) // Retry and Hedge above ask it before they wait
 	var e *circuit

@@ -45,9 +45,6 @@ type stack struct {
 	// throttled is set by a Throttle: a Breaker beneath then leaves the
 	// answers of an overloaded server (503, 529) to it.
 	throttled atomic.Bool
-	// checked is set by a Retry, which checks every attempt's body: the
-	// layers beneath it need not check again.
-	checked atomic.Bool
 }
 
 type stackKey struct{}
@@ -129,18 +126,12 @@ func (s *stack) joinTracker(t *ratelimit.Tracker) {
 	}
 }
 
-// joinRetry tells s (when set) of the Retry c above; checks says that
-// it checks every attempt's body, so that the layers beneath need not.
+// joinRetry tells s (when set) of the Retry c above.
 func (s *stack) joinRetry(c *retryConfig) {
-	if s != nil && s.retry.Load() == nil {
-		s.retry.Store(c)
-		s.checked.Store(true)
+	if s != nil {
+		join(&s.retry, c)
 	}
 }
-
-// bodiesChecked reports whether a Retry above checks every attempt's
-// body ([checkBody]) before it reaches the layers beneath.
-func (s *stack) bodiesChecked() bool { return s != nil && s.checked.Load() }
 
 // opRecord is one operation's record: what Retry says of how it ended,
 // for [OperationOf]. Its context also carries the stack when no layer

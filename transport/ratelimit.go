@@ -67,11 +67,9 @@ type rateLimiter struct {
 // when the request never reached the server.
 func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := stackOf(req.Context())
-	if !st.bodiesChecked() {
-		var err error
-		if req, err = checkCaller(req, false); err != nil {
-			return nil, err // the caller's error uses no quota
-		}
+	req, err := checkCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
+	if err != nil {
+		return nil, err // the caller's error uses no quota
 	}
 	st.joinTracker(l.t) // Retry above asks it before it waits
 	res, err := l.t.Reserve(req)

@@ -89,11 +89,9 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.next.RoundTrip(req)
 	}
 	op, req := withStack(req, &t.own)
-	if !op.bodiesChecked() {
-		var err error
-		if req, err = checkCaller(req, false); err != nil {
-			return nil, err // the caller's error counts neither way
-		}
+	req, err := checkCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
+	if err != nil {
+		return nil, err // the caller's error counts neither way
 	}
 	if !op.throttled.Load() {
 		op.throttled.Store(true) // a Breaker beneath leaves overload to this layer
