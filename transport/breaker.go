@@ -146,7 +146,7 @@ func (b *Breakers) key(req *http.Request) (hosts.Key, bool) {
 }
 
 // judge returns what an outcome says about the host.
-func (b *Breakers) judge(op *stack, req *http.Request, resp *http.Response, err error) policy.HostVerdict {
+func (b *Breakers) judge(req *http.Request, resp *http.Response, err error) policy.HostVerdict {
 	v := judge(req, resp, err)
 	switch {
 	case v.Host == policy.HostIgnored:
@@ -156,7 +156,7 @@ func (b *Breakers) judge(op *stack, req *http.Request, resp *http.Response, err 
 			return policy.HostFailing
 		}
 		return policy.HostHealthy
-	case v.Overloaded && op != nil && op.throttled.Load():
+	case v.Overloaded && throttledAbove(req.Context()):
 		return policy.HostHealthy // a Throttle above sheds an overloaded server's load, where a breaker would refuse it all
 	}
 	return v.Host
@@ -212,30 +212,30 @@ func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return t.next.RoundTrip(req)
 	}
 	if s := t.b.c.store; s != nil {
-		return t.fleetRoundTrip(op, req, e, s)
+		return t.fleetRoundTrip(req, e, s)
 	}
-	return t.circuitRoundTrip(op, req, e)
+	return t.circuitRoundTrip(req, e)
 }
 
 // circuitRoundTrip sends req through e: at once while it is closed, else
 // through gobreaker's state machine.
-func (t *breakerTransport) circuitRoundTrip(op *stack, req *http.Request, e *circuit) (*http.Response, error) {
+func (t *breakerTransport) circuitRoundTrip(req *http.Request, e *circuit) (*http.Response, error) {
 	gen := e.gen.Load()
 	if BreakerState(e.state.Load()) == BreakerClosed {
 		// The fast path: no lock, one clock read when the outcome is
 		// counted.
 		seq := e.failSeq.Load()
 		resp, err := t.next.RoundTrip(req)
-		e.record(gen, t.b.judge(op, req, resp, err), seq)
+		e.record(gen, t.b.judge(req, resp, err), seq)
 		return resp, err
 	}
-	return t.guarded(op, req, e)
+	return t.guarded(req, e)
 }
 
 // guarded sends req through a breaker that is not closed: refused while
 // its open period lasts, through gobreaker after it (which lets the
 // probes through).
-func (t *breakerTransport) guarded(op *stack, req *http.Request, e *circuit) (*http.Response, error) {
+func (t *breakerTransport) guarded(req *http.Request, e *circuit) (*http.Response, error) {
 	now := e.since()
 	if e.open(now) { // no lock for a refusal
 		return nil, refuse(req, e.refusal(now, false))
@@ -253,7 +253,7 @@ func (t *breakerTransport) guarded(op *stack, req *http.Request, e *circuit) (*h
 		closed := BreakerState(e.state.Load()) == BreakerClosed // closed since the check above
 		seq := e.failSeq.Load()
 		resp, err = t.next.RoundTrip(req)
-		v := t.b.judge(op, req, resp, err)
+		v := t.b.judge(req, resp, err)
 		if closed { // counted as on the fast path; gobreaker only opens on a trip
 			e.record(gen, v, seq)
 			return struct{}{}, errBreakerExcluded

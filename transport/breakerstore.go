@@ -155,14 +155,14 @@ func fleetSettle(s BreakerStore, key string, failed, ignored bool, cooldown time
 // fleetRoundTrip is the RoundTrip of a breaker with a [BreakerStore]: the
 // fleet's view first (fleetAdmit), then the host's own circuit; the
 // outcome of the fleet's probe is published.
-func (t *breakerTransport) fleetRoundTrip(op *stack, req *http.Request, e *circuit, s BreakerStore) (*http.Response, error) {
+func (t *breakerTransport) fleetRoundTrip(req *http.Request, e *circuit, s BreakerStore) (*http.Response, error) {
 	probe, refusal := fleetAdmit(req.Context(), s, e.name, t.b.c.cooldown)
 	if refusal != nil {
 		return nil, refuse(req, refusal)
 	}
-	resp, err := t.circuitRoundTrip(op, req, e)
+	resp, err := t.circuitRoundTrip(req, e)
 	if probe {
-		v := t.b.judge(op, req, resp, err)
+		v := t.b.judge(req, resp, err)
 		ignored := v == policy.HostIgnored || errors.Is(err, ErrCircuitOpen) // not sent: says nothing
 		fleetSettle(s, e.name, v == policy.HostFailing, ignored, t.b.c.cooldown)
 	}

@@ -21,8 +21,8 @@ import (
 //   - the stack: what its layers learn of each other as requests pass
 //     (the Breaker and RateLimitAware beneath, which Retry and Hedge ask
 //     before they wait; the budget of the Retry above, which a Hedge
-//     shares; the Timeout's idle cut; a Throttle above a Breaker). The
-//     outermost layer that carries it makes it once, with itself;
+//     shares; the Timeout's idle cut). The outermost layer that carries
+//     it makes it once, with itself;
 //   - the operation's record: what Retry says of how it ended, for
 //     [OperationOf], made only when an operation needs a second attempt
 //     or ends on a failure.
@@ -42,9 +42,6 @@ type stack struct {
 	// refused, so that nothing waits only to be refused.
 	breakers atomic.Pointer[Breakers]
 	tracker  atomic.Pointer[ratelimit.Tracker]
-	// throttled is set by a Throttle: a Breaker beneath then leaves the
-	// answers of an overloaded server (503, 529) to it.
-	throttled atomic.Bool
 }
 
 type stackKey struct{}

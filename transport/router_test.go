@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -61,6 +62,21 @@ func TestRouterBranchesKeepTheirOwnLayers(t *testing.T) {
 				func() *http.Request { r, _ := http.NewRequest("GET", "http://api.test/b", nil); return r },
 			},
 		},
+		{
+			name: "a Throttle in one sub-chain: the other's breaker still counts a 503",
+			a:    []transport.Middleware{transport.Throttle(nil)},
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("fail") != "" {
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return
+				}
+				io.WriteString(w, "ok")
+			},
+			scenario: []func() *http.Request{
+				func() *http.Request { r, _ := http.NewRequest("GET", "http://api.test/b?fail=1", nil); return r },
+				func() *http.Request { r, _ := http.NewRequest("GET", "http://api.test/b", nil); return r },
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,4 +129,55 @@ func TestRouterBranchesKeepTheirOwnLayers(t *testing.T) {
 // not measure: a wrong ContentLength shows only as it is sent.
 func onlyReaderOf(s string) io.Reader {
 	return struct{ io.Reader }{strings.NewReader(s)}
+}
+
+// TestBreakerAboveThrottleCountsOverload: a Breaker leaves the answers of
+// an overloaded server to a Throttle above it, never to one beneath it,
+// which sheds nothing before the breaker judges. Beneath a Deadline (a
+// layer that carries the stack), Breaker above Throttle opens on a 503
+// as the Breaker alone does.
+func TestBreakerAboveThrottleCountsOverload(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := httptestutil.NewNetwork()
+		srv := n.Serve("api.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("fail") != "" {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			io.WriteString(w, "ok")
+		}))
+		defer srv.Close()
+		base := n.Transport()
+		defer base.CloseIdleConnections()
+		breaker := func() transport.Middleware {
+			return transport.Breaker(transport.BreakerSettings{ConsecutiveFailures: 1, Cooldown: time.Minute})
+		}
+		stacks := []struct {
+			name string
+			rt   http.RoundTripper
+		}{
+			{"Breaker alone", transport.Chain(base, breaker())},
+			{"Deadline, Breaker, Throttle", transport.Chain(base, transport.Deadline(time.Minute), breaker(), transport.Throttle(nil))},
+		}
+		for _, s := range stacks {
+			var got []string
+			for _, u := range []string{"http://api.test/?fail=1", "http://api.test/"} {
+				req, _ := http.NewRequest("GET", u, nil)
+				resp, err := s.rt.RoundTrip(req)
+				switch {
+				case errors.Is(err, transport.ErrCircuitOpen):
+					got = append(got, "circuit open")
+				case err != nil:
+					got = append(got, err.Error())
+				default:
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					got = append(got, resp.Status)
+				}
+			}
+			if want := []string{"503 Service Unavailable", "circuit open"}; !slices.Equal(got, want) {
+				t.Errorf("%s: got %q, want %q", s.name, got, want)
+			}
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -88,14 +89,11 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil {
 		return t.next.RoundTrip(req)
 	}
-	op, req := withStack(req, &t.own)
 	req, err := checkCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
 	if err != nil {
 		return nil, err // the caller's error counts neither way
 	}
-	if !op.throttled.Load() {
-		op.throttled.Store(true) // a Breaker beneath leaves overload to this layer
-	}
+	req = t.mark(req)
 	key := HostKey(req)
 	if ok, p := t.t.Allow(key, time.Now()); !ok {
 		if req.Body != nil {
@@ -111,4 +109,53 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.t.Record(key, time.Now(), v.Accepted)
 	}
 	return resp, err
+}
+
+// throttleOp is what a Throttle allocates per request, in one piece: the
+// context that marks the request and the request copy that carries it.
+type throttleOp struct {
+	ctx throttleCtx
+	req http.Request
+}
+
+// throttleCtx marks a request that passed a Throttle, so that a Breaker
+// beneath leaves the answers of an overloaded server (503, 529) to it. A
+// mark on the request, not on the stack: a Breaker that some requests
+// reach by another way (a router above it) still counts theirs. It also
+// carries the stack beneath when no layer above carries one.
+type throttleCtx struct {
+	context.Context
+	s *stack // nil when a layer above carries the stack
+}
+
+type throttledKey struct{}
+
+func (c *throttleCtx) Value(key any) any {
+	switch key {
+	case throttledKey{}:
+		return true
+	case stackKey{}:
+		if c.s != nil {
+			return c.s
+		}
+	}
+	return c.Context.Value(key)
+}
+
+// mark returns a copy of req marked as passed by t, carrying t's stack
+// when no layer above carries one.
+func (t *throttler) mark(req *http.Request) *http.Request {
+	op := &throttleOp{}
+	op.ctx.Context = req.Context()
+	if stackOf(op.ctx.Context) == nil {
+		op.ctx.s = &t.own
+	}
+	op.req = *req.WithContext(&op.ctx)
+	return &op.req
+}
+
+// throttledAbove reports whether a Throttle above marked the request
+// whose context is ctx.
+func throttledAbove(ctx context.Context) bool {
+	return ctx.Value(throttledKey{}) != nil
 }
