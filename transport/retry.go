@@ -213,7 +213,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, &RetryError{Reason: policy.ReasonCallerError, Err: err}
 		}
 		s := stackOf(r.Context())
-		if s == nil && c.budget != nil { // an operation still, and a Hedge beneath may share the budget
+		if s == nil { // an operation still, for OperationOf, and a Hedge beneath may share the budget
 			s, r = withStack(r, &t.own)
 		}
 		s.joinRetry(c)
