@@ -236,6 +236,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 				resp, err = t.next.RoundTrip(r)
 			}
 		}
+		answered(resp, r)
 		if err == nil && resp != nil && resp.StatusCode < 400 {
 			return resp, nil
 		}
@@ -298,6 +299,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp == nil && err == nil { // a broken RoundTripper beneath: say so, as http.Client does
 			err = errNilResponse
 		}
+		answered(resp, r)
 		if c.onAttempt != nil {
 			c.onAttempt(attemptEvent(req, n, resp, err, time.Since(start)))
 		}
@@ -445,6 +447,16 @@ func (t *retrier) giveUp(req *http.Request, attempts int, resp *http.Response, e
 		return nil, &RetryError{Attempts: attempts, Reason: step.Reason, Err: err, Refusal: step.Refusal}
 	}
 	return restoreStream(resp), nil // a stream judged a failed attempt goes back as it came
+}
+
+// answered sets resp.Request to r, the request it answers, when the
+// RoundTripper beneath left it unset (a fake, an SDK's test transport),
+// as net/http's Transport sets it: [OperationOf] finds the operation
+// through it.
+func answered(resp *http.Response, r *http.Request) {
+	if resp != nil && resp.Request == nil {
+		resp.Request = r
+	}
 }
 
 // withoutGetBody returns r without GetBody (r itself when own, else a
