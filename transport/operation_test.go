@@ -1,6 +1,8 @@
 package transport_test
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"testing"
@@ -92,6 +94,83 @@ func TestOperationOfBaseWithoutResponseRequest(t *testing.T) {
 				}
 				if op, ok := transport.OperationOf(resp); op != tc.want || !ok {
 					t.Errorf("OperationOf = %+v, %v; want %+v, true", op, ok, tc.want)
+				}
+			})
+		})
+	}
+}
+
+// TestRetryOneAttemptReasons: a Retry with MaxAttempts 1 says why its
+// operation ended as policy.Retry.Next decides it, the same reason with
+// hooks as without (a hook only watches), in RetryError and OperationOf
+// alike.
+func TestRetryOneAttemptReasons(t *testing.T) {
+	tests := []struct {
+		name string
+		// status is the server's answer; 0 means it holds the request
+		// until the caller gives up.
+		status int
+		method string
+		// cancelAfter cancels the caller's context; 0 lets its 10s
+		// deadline pass.
+		cancelAfter time.Duration
+		want        policy.Reason
+	}{
+		{"a 503", 503, "GET", 0, policy.ReasonAttemptsUsed},
+		{"a 404", 404, "GET", 0, policy.ReasonFinal},
+		{"a POST's 500", 500, "POST", 0, policy.ReasonNotSafe},
+		{"the caller cancels", 0, "GET", time.Second, policy.ReasonCanceled},
+		{"the caller's deadline passes", 0, "GET", 0, policy.ReasonDeadline},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := httptestutil.NewHandlerTransport(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if tc.status != 0 {
+						w.WriteHeader(tc.status)
+						return
+					}
+					<-r.Context().Done()
+				}))
+				run := func(p policy.Retry) (policy.Reason, string) {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					if tc.cancelAfter > 0 {
+						time.AfterFunc(tc.cancelAfter, cancel)
+					}
+					req, _ := http.NewRequestWithContext(ctx, tc.method, "http://api.test/", nil)
+					resp, err := (&http.Client{Transport: transport.Chain(base, transport.Retry(p))}).Do(req)
+					if err != nil {
+						var re *transport.RetryError
+						if !errors.As(err, &re) {
+							t.Fatalf("err = %v, want a *RetryError", err)
+						}
+						return re.Reason, re.Error()
+					}
+					resp.Body.Close()
+					op, _ := transport.OperationOf(resp)
+					return op.Reason, resp.Status
+				}
+				// The bare client meets the same outcome.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if tc.cancelAfter > 0 {
+					time.AfterFunc(tc.cancelAfter, cancel)
+				}
+				req, _ := http.NewRequestWithContext(ctx, tc.method, "http://api.test/", nil)
+				if resp, err := (&http.Client{Transport: base}).Do(req); err == nil {
+					resp.Body.Close()
+					if got, want := resp.StatusCode, tc.status; got != want {
+						t.Errorf("bare client: status %d, want %d", got, want)
+					}
+				}
+				got, gotText := run(policy.Retry{MaxAttempts: 1})
+				hooked, hookedText := run(policy.Retry{MaxAttempts: 1, OnGiveUp: func(policy.GiveUpEvent) {}})
+				if got != tc.want || hooked != tc.want {
+					t.Errorf("reason = %q without hooks, %q with; want %q", got, hooked, tc.want)
+				}
+				if gotText != hookedText {
+					t.Errorf("outcome = %q without hooks, %q with; want the same", gotText, hookedText)
 				}
 			})
 		})

@@ -243,11 +243,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp == nil && err == nil {
 			err = errNilResponse
 		}
-		step := policy.Step{Reason: policy.ReasonAttemptsUsed}
-		if policy.IsCallerError(r, err) {
-			step.Reason = policy.ReasonCallerError
-		}
-		return t.end(nil, req, 1, 0, resp, err, step)
+		return t.end(nil, req, 1, 0, resp, err, t.lastStep(s, req, r, resp, err))
 	}
 	safe := policy.SafeToResend(req, c.keyHeader)
 	// base is what each attempt copies: the caller's request, or a copy
@@ -391,6 +387,32 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		prev = step.Wait
 	}
+}
+
+// lastStep is [policy.Retry.Next]'s decision on the one attempt r of
+// req that a Retry with MaxAttempts 1 made: the reason it gives is the
+// one the attempt loop gives for the same outcome.
+func (t *retrier) lastStep(st *stack, req, r *http.Request, resp *http.Response, err error) policy.Step {
+	c := t.c
+	ctx := req.Context()
+	var problem *policy.Problem
+	if err == nil && ctx.Err() == nil {
+		problem = readProblem(resp, c.probLimit, st.cut())
+	}
+	s := policy.State{
+		Outcome: policy.Outcome{
+			Request:  r,
+			Response: resp,
+			Err:      err,
+			Problem:  problem,
+			Attempt:  1,
+			Keyed:    policy.HasKey(req, c.keyHeader),
+			Now:      time.Now(),
+		},
+		SafeToResend: policy.SafeToResend(req, c.keyHeader),
+		Done:         context.Cause(ctx),
+	}
+	return c.p.Next(s)
 }
 
 // stackOf returns the stack of req's operation and req with it, with
