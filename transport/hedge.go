@@ -312,25 +312,32 @@ func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key stri
 				Now:      now,
 				Refused:  func(at time.Time) error { return op.hedgeRefusedAt(req, at) },
 			}
-			if budget != nil {
-				s.Budget = func() bool { return budget.retry(req.URL, clockOf(now)) }
-			}
-			var b io.ReadCloser
-			if !body.none && s.BodySent {
-				var gerr error
-				if b, gerr = body.get(); gerr != nil {
-					continue // no copy can be made: none now or later
-				}
-			}
+			// Next decides twice: without the budget first, so that the
+			// body is had only for a copy that may be sent; then with
+			// it, last, so that a copy whose body cannot be had takes
+			// nothing from it.
 			switch t.c.policy.Next(s) {
 			case policy.HedgeLater:
 				timer.Reset(delay)
 				continue
 			case policy.HedgeStop:
-				if b != nil {
-					b.Close()
-				}
 				continue
+			}
+			var b io.ReadCloser
+			if !body.none {
+				var gerr error
+				if b, gerr = body.get(); gerr != nil {
+					continue // no copy can be made: none now or later
+				}
+			}
+			if budget != nil {
+				s.Budget = func() bool { return budget.retry(req.URL, clockOf(now)) }
+				if t.c.policy.Next(s) != policy.HedgeSend {
+					if b != nil {
+						b.Close()
+					}
+					continue
+				}
 			}
 			send(b)
 			running++

@@ -1211,3 +1211,62 @@ func TestHedgeCopyFromContext(t *testing.T) {
 		})
 	}
 }
+
+// GetBody is called only for a copy that may be sent: not when a delay
+// ends after a copy failed (no hedge follows a failure). With MaxHedges
+// 2, the first copy fails after the first hedge went: one hedge, one
+// GetBody call. (The budget is asked last, so that a copy whose body
+// cannot be had takes none: GetBody may be called for a copy the budget
+// then refuses.)
+func TestHedgeGetBodyOnlyForCopiesSent(t *testing.T) {
+	tests := []struct {
+		name   string
+		budget *policy.Budget
+		first  int // the first copy's status, after 1.5s
+		copies int // copies the server gets
+		gets   int64
+	}{
+		{"a copy failed before the next delay ended", nil, 503, 2, 1},
+		{"a copy failed, with a budget", &policy.Budget{}, 503, 2, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var n atomic.Int64
+				base := httptestutil.NewHandlerTransport(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					io.Copy(io.Discard, r.Body)
+					if n.Add(1) == 1 {
+						time.Sleep(1500 * time.Millisecond)
+						w.WriteHeader(tc.first)
+						return
+					}
+					select { // a hedge answers late, or is canceled
+					case <-r.Context().Done():
+					case <-time.After(5 * time.Second):
+					}
+					io.WriteString(w, "ok")
+				}))
+				rt := Chain(base, Hedge(policy.Hedge{Delay: time.Second, MaxHedges: 2, Budget: tc.budget}))
+				var gets atomic.Int64
+				req, _ := http.NewRequest("GET", "http://api.test/", strings.NewReader("body"))
+				req.GetBody = func() (io.ReadCloser, error) {
+					gets.Add(1)
+					return io.NopCloser(strings.NewReader("body")), nil
+				}
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				synctest.Wait()
+				if got, want := n.Load(), int64(tc.copies); got != want {
+					t.Errorf("copies the server got = %d, want %d", got, want)
+				}
+				if got, want := gets.Load(), tc.gets; got != want {
+					t.Errorf("GetBody calls = %d, want %d (one per hedge sent)", got, want)
+				}
+			})
+		})
+	}
+}
