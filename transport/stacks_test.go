@@ -15,6 +15,7 @@ import (
 	"github.com/sturdyhttp/sturdy/httptestutil"
 	"github.com/sturdyhttp/sturdy/idempotency"
 	"github.com/sturdyhttp/sturdy/policy"
+	"github.com/sturdyhttp/sturdy/ratelimit"
 	"github.com/sturdyhttp/sturdy/transport"
 )
 
@@ -219,36 +220,78 @@ func TestChainRetryOverBreakerDoesNotWaitToBeRefused(t *testing.T) {
 }
 
 // A refusal before any attempt is no attempt: 0 attempts, a reason that
-// names the refusal, each prefix once.
+// names the refusal, the sentinel through http.Client, each prefix once;
+// with the default Retry and with one attempt alike.
 func TestRefusalBeforeAnyAttemptIsNotAnAttempt(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		base := httptestutil.NewHandlerTransport(httptestutil.Script(httptestutil.Status(500, "down")))
-		rt := transport.New(transport.Options{
-			Base:    base,
-			Retry:   policy.Retry{MaxAttempts: 1},
-			Breaker: transport.BreakerSettings{ConsecutiveFailures: 1, Cooldown: time.Minute},
-		})
-		c := &http.Client{Transport: rt}
-		resp, err := c.Get("http://api.test/")
-		if err != nil {
-			t.Fatal(err)
+	tests := []struct {
+		name     string
+		opts     transport.Options
+		server   http.Handler
+		want     policy.Reason
+		sentinel error
+	}{
+		{
+			name:     "an open breaker",
+			opts:     transport.Options{Breaker: transport.BreakerSettings{ConsecutiveFailures: 1, Cooldown: time.Minute}},
+			server:   always(500, "down"),
+			want:     policy.ReasonCircuitOpen,
+			sentinel: transport.ErrCircuitOpen,
+		},
+		{
+			name:     "a host paused past the deadline",
+			opts:     transport.Options{Timeout: 5 * time.Second},
+			server:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Header().Set("Retry-After", "30"); w.WriteHeader(503) }),
+			want:     policy.ReasonRateLimited,
+			sentinel: ratelimit.ErrQuotaExhausted,
+		},
+		{
+			name:     "the throttle",
+			opts:     transport.Options{Throttle: &policy.Throttle{K: 0.001, MinRequests: -1}, Disable: transport.LayerBreaker},
+			server:   always(500, "down"),
+			want:     policy.ReasonThrottled,
+			sentinel: transport.ErrThrottled,
+		},
+	}
+	for _, tt := range tests {
+		for _, attempts := range []int{0, 1} {
+			t.Run(tt.name+"/MaxAttempts="+strconv.Itoa(attempts), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					o := tt.opts
+					o.Base = httptestutil.NewHandlerTransport(tt.server)
+					o.Retry = policy.Retry{MaxAttempts: attempts, Backoff: policy.Exponential(time.Millisecond, time.Millisecond)}
+					c := &http.Client{Transport: transport.New(o)}
+					var re *transport.RetryError
+					var err error
+					for range 200 { // the throttle rejects at random: until it rejects a first attempt
+						var resp *http.Response
+						resp, err = c.Get("http://api.test/")
+						if err == nil {
+							resp.Body.Close()
+							continue
+						}
+						if errors.As(err, &re) && re.Attempts == 0 {
+							break
+						}
+					}
+					if re == nil || re.Attempts != 0 {
+						t.Fatalf("got %v, want a *RetryError with 0 attempts", err)
+					}
+					if re.Reason != tt.want {
+						t.Errorf("reason %q, want %q", re.Reason, tt.want)
+					}
+					if !errors.Is(err, tt.sentinel) {
+						t.Errorf("errors.Is(%v, %v) = false", err, tt.sentinel)
+					}
+					if want := "transport: not sent (" + string(tt.want) + "): "; !strings.Contains(err.Error(), want) {
+						t.Errorf("%q does not say %q", err, want)
+					}
+					if got := strings.Count(err.Error(), "transport:"); got != 1 {
+						t.Errorf("%q says \"transport:\" %d times, want once", err, got)
+					}
+				})
+			})
 		}
-		resp.Body.Close()
-		_, err = c.Get("http://api.test/")
-		var re *transport.RetryError
-		if !errors.As(err, &re) {
-			t.Fatalf("got %v, want a *RetryError", err)
-		}
-		if re.Attempts != 0 || re.Reason != policy.ReasonCircuitOpen {
-			t.Errorf("got %d attempts, reason %q; want 0, %q", re.Attempts, re.Reason, policy.ReasonCircuitOpen)
-		}
-		if !errors.Is(err, transport.ErrCircuitOpen) {
-			t.Errorf("errors.Is(%v, ErrCircuitOpen) = false", err)
-		}
-		if got := strings.Count(err.Error(), "transport:"); got != 1 {
-			t.Errorf("%q says \"transport:\" %d times, want once", err, got)
-		}
-	})
+	}
 }
 
 // always answers every request with code and body.
