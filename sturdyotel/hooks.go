@@ -22,6 +22,7 @@ type instruments struct {
 	hedges, hedgesWon, hedgesCanceled            metric.Int64Counter
 	breakerChanges, breakerRefusals              metric.Int64Counter
 	quotaWaits, quotaRejections, throttleRejects metric.Int64Counter
+	streams                                      metric.Int64Counter
 }
 
 func newInstruments(m metric.Meter) instruments {
@@ -46,6 +47,7 @@ func newInstruments(m metric.Meter) instruments {
 		quotaWaits:      counter(MetricQuotaWaits, "{wait}", "Requests that waited for a server quota or the client-side rate."),
 		quotaRejections: counter(MetricQuotaRejections, "{request}", "Requests failed fast because their quota wait could not end in time."),
 		throttleRejects: counter(MetricThrottleRejections, "{request}", "Requests the adaptive throttle shed unsent."),
+		streams:         counter(MetricStreamReadAheads, "{stream}", "Streams read ahead to their first content event, committed or failed."),
 	}
 }
 
@@ -197,6 +199,18 @@ func (t *Telemetry) Hooks() transport.Hooks {
 			ctx, attrs := requestAttrs(e.Request, 1)
 			add(ctx, in.throttleRejects, attrs)
 			event(ctx, EventThrottled, append(attrs, attribute.Float64(attrProb, e.Probability))...)
+		},
+		OnStreamCommit: func(e transport.StreamEvent) {
+			if quiet(reqContext(e.Request), in.streams) {
+				return
+			}
+			ctx, attrs := requestAttrs(e.Request, 3)
+			attrs = append(attrs, attribute.Bool(attrCommitted, e.Committed))
+			if e.Status != 0 {
+				attrs = append(attrs, semconv.HTTPResponseStatusCode(e.Status))
+			}
+			add(ctx, in.streams, attrs)
+			event(ctx, EventStream, append(attrs, attribute.Float64(attrWait, e.Wait.Seconds()))...)
 		},
 	}
 }

@@ -41,6 +41,10 @@ const (
 	MetricQuotaRejections = "sturdy.client.quota.rejections"
 	// MetricThrottleRejections counts requests the throttle shed unsent.
 	MetricThrottleRejections = "sturdy.client.throttle.rejections"
+	// MetricStreamReadAheads counts streams read ahead to their first
+	// content event, by sturdy.stream.committed and the status an error
+	// event stood for.
+	MetricStreamReadAheads = "sturdy.client.stream.read_aheads"
 )
 
 // The events that [Telemetry] adds to the caller's span (the span of the
@@ -66,6 +70,9 @@ const (
 	EventBreakerRefused = "sturdy.breaker.refused"
 	// EventThrottled: the throttle shed a request unsent.
 	EventThrottled = "sturdy.throttle.rejected"
+	// EventStream: a stream's read ahead ended after sturdy.wait.duration:
+	// committed at its first content event, or failed before it.
+	EventStream = "sturdy.stream.first_event"
 )
 
 // sturdy's attribute keys, all under the sturdy namespace.
@@ -86,4 +93,5 @@ const (
 	attrBreakerSt   = "sturdy.breaker.state"           // the refusing breaker's state
 	attrRetryIn     = "sturdy.breaker.retry_in"        // seconds until an open breaker probes
 	attrProb        = "sturdy.throttle.probability"    // the throttle's rejection probability
+	attrCommitted   = "sturdy.stream.committed"        // bool: a content event came, the stream was handed back
 )

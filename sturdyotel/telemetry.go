@@ -146,6 +146,7 @@ func join(a, b transport.Hooks) transport.Hooks {
 		OnHedgeWon:           both(a.OnHedgeWon, b.OnHedgeWon),
 		OnCopyCanceled:       both(a.OnCopyCanceled, b.OnCopyCanceled),
 		OnThrottle:           both(a.OnThrottle, b.OnThrottle),
+		OnStreamCommit:       both(a.OnStreamCommit, b.OnStreamCommit),
 	}
 }
 

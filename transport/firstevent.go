@@ -50,22 +50,22 @@ const aheadChunk = 4 << 10
 // request) is handed back at once.
 //
 // Timeout zero means no limit of its own; negative turns the layer off.
-// Place it beneath Retry and Hedge, above Breaker, so that the breaker
-// judges the status that an error event stands for. With no Retry or
+// Place it beneath Retry, Hedge and Breaker, as [New] does, so that the
+// breaker judges the status that an error event stands for. With no Retry or
 // Hedge above, a judged stream's status is not restored: a layer that
 // hands responses to callers must be above it.
 func FirstEvent(timeout time.Duration, s policy.Stream) Middleware {
-	return firstEventMiddleware(timeout, 0, s, true)
+	return firstEventMiddleware(timeout, 0, s, true, nil)
 }
 
 // firstEventMiddleware is FirstEvent with an idle limit on the read
 // ahead (New's IdleTimeout), judging streams only when judge is set (a
 // Retry or Hedge above will try again); nil when timeout is negative.
-func firstEventMiddleware(timeout, idle time.Duration, s policy.Stream, judge bool) Middleware {
+func firstEventMiddleware(timeout, idle time.Duration, s policy.Stream, judge bool, onCommit func(StreamEvent)) Middleware {
 	if timeout < 0 {
 		return nil
 	}
-	c := &firstEventConfig{s: s, timeout: timeout, idle: max(idle, 0), judge: judge}
+	c := &firstEventConfig{s: s, timeout: timeout, idle: max(idle, 0), judge: judge, onCommit: onCommit}
 	if c.timeout > 0 {
 		c.timeoutErr = &DeadlineError{Bound: boundFirstEvent, Limit: c.timeout}
 	}
@@ -82,6 +82,7 @@ type firstEventConfig struct {
 	timeout    time.Duration // from the headers to the first content event; 0: none
 	idle       time.Duration // the longest the read ahead may go without a byte; 0: none
 	judge      bool
+	onCommit   func(StreamEvent)
 	timeoutErr *DeadlineError
 	idleErr    *DeadlineError
 }
@@ -103,7 +104,33 @@ func (t *firstEvent) RoundTrip(req *http.Request) (*http.Response, error) {
 	if f == 0 || !bodyDone(req) {
 		return resp, nil
 	}
-	return t.c.readAhead(req, resp, f)
+	if t.c.onCommit == nil {
+		return t.c.readAhead(req, resp, f)
+	}
+	start, status := time.Now(), resp.StatusCode
+	resp, err = t.c.readAhead(req, resp, f)
+	e := StreamEvent{Request: req, Wait: time.Since(start), Err: err}
+	if err == nil {
+		e.Committed, e.Status = resp.StatusCode == status, resp.StatusCode
+	}
+	t.c.onCommit(e)
+	return resp, err
+}
+
+// StreamEvent describes how a stream's read ahead to its first content
+// event ended, for Hooks.OnStreamCommit.
+type StreamEvent struct {
+	Request *http.Request // the attempt's request
+	// Committed reports that a content event came: the stream was
+	// handed back, and nothing of it is sent again.
+	Committed bool
+	// Status is the response's status: the stream's own when committed,
+	// else the status an error event or an early end stands for.
+	Status int
+	// Err is the error of a stream that stalled before its first event.
+	Err error
+	// Wait is the time from the headers to the end of the read ahead.
+	Wait time.Duration
 }
 
 // bodyDone reports whether req's body is known to be whole and on its

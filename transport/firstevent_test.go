@@ -500,3 +500,34 @@ func TestFirstEventHedgeErrorNeverWins(t *testing.T) {
 		hooks.want(t, 1, 1, 0) // the first copy failed on its own: nothing to cancel
 	})
 }
+
+// Hooks.OnStreamCommit reports how each attempt's read ahead ended: an
+// error event judged as its status, then a stream committed.
+func TestOnStreamCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got []StreamEvent
+		rt := New(Options{
+			Base: httptestutil.NewHandlerTransport(httptestutil.Script(
+				httptestutil.AnthropicErrorAfterStart("overloaded_error"),
+				httptestutil.SSE(okStream...),
+			)),
+			Retry: policy.Retry{Backoff: policy.Exponential(time.Second, time.Second)},
+			Hooks: Hooks{OnStreamCommit: func(e StreamEvent) { got = append(got, e) }},
+		})
+		resp, err := (&http.Client{Transport: rt}).Get("http://api.test/v1/stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if len(got) != 2 {
+			t.Fatalf("got %d events, want 2: %+v", len(got), got)
+		}
+		if got[0].Committed || got[0].Status != 529 {
+			t.Errorf("first attempt: committed %v, status %d; want false, 529", got[0].Committed, got[0].Status)
+		}
+		if !got[1].Committed || got[1].Status != 200 || got[1].Err != nil {
+			t.Errorf("second attempt: committed %v, status %d, err %v; want true, 200, nil", got[1].Committed, got[1].Status, got[1].Err)
+		}
+	})
+}

@@ -239,6 +239,10 @@ type Hooks struct {
 	OnCopyCanceled func(policy.HedgeEvent)
 	// OnThrottle is called when a [Throttle] rejects a request locally.
 	OnThrottle func(ThrottleEvent)
+	// OnStreamCommit is called when a stream's read ahead ends: at its
+	// first content event, or on an error event, an end or a stall
+	// before it (see Options.FirstEventTimeout).
+	OnStreamCommit func(StreamEvent)
 }
 
 // New returns the recommended stack, outermost first:
@@ -369,7 +373,7 @@ func Layers(o Options) []Middleware {
 	if !on(LayerAttemptTimeout) {
 		attempt = 0
 	}
-	if mw := firstEventMiddleware(o.FirstEventTimeout, idle, o.Stream, on(LayerRetry) || o.Hedge != nil); mw != nil {
+	if mw := firstEventMiddleware(o.FirstEventTimeout, idle, o.Stream, on(LayerRetry) || o.Hedge != nil, h.OnStreamCommit); mw != nil {
 		mws = append(mws, mw) // streams commit at their first event
 	}
 	// The attempt bound stays in place with no AttemptTimeout, so that
