@@ -14,27 +14,14 @@ import (
 
 // Defaults of [Options].
 const (
-	// DefaultTimeout bounds getting a response, and reading a body that
-	// is not a stream, when Timeout is zero. Ten minutes is what the
-	// providers' SDKs give a non-streamed completion: anthropic-sdk-go
-	// waits 10 minutes for response headers (defaultResponseHeaderTimeout)
-	// and refuses a non-streamed request it expects to take longer
-	// (CalculateNonStreamingTimeout), and OpenAI's and Anthropic's Python
-	// SDKs time out after 600 s. openai-go sets no limit at all.
+	// DefaultTimeout bounds getting a response when Timeout is zero: what
+	// the providers' SDKs give a completion (see docs/design.md).
 	DefaultTimeout = 10 * time.Minute
-	// DefaultAttemptTimeout is zero: no attempt is cut before Timeout.
-	// A completion's headers may legitimately take minutes (the SDKs
-	// above allow 10), so no shorter per-attempt limit is safe for every
-	// API; set AttemptTimeout for an API whose answers are quick, so that
-	// a hung attempt is retried inside Timeout.
+	// DefaultAttemptTimeout is zero: no attempt is cut before Timeout,
+	// since a completion's headers may take minutes.
 	DefaultAttemptTimeout = 0
-	// DefaultIdleTimeout is how long a response body may go without
-	// delivering a byte when IdleTimeout is zero. Ten minutes is the
-	// read timeout that OpenAI's and Anthropic's Python SDKs apply to
-	// every read of a stream (httpx, 600 s), so no stream those SDKs
-	// accept is cut: reasoning models may think for minutes before their
-	// first token, and Anthropic's pings only say the connection lives.
-	// The Go SDKs apply none, so a stalled stream hangs them forever.
+	// DefaultIdleTimeout is the longest a body may go without a byte when
+	// IdleTimeout is zero: the providers' Python SDKs' read timeout.
 	DefaultIdleTimeout = 10 * time.Minute
 	// DefaultMaxIdleConnsPerHost is how many idle connections per host the
 	// default base keeps.
@@ -78,12 +65,9 @@ const LayerIdleTimeout Layer = 1 << 7
 // every default below.
 type Options struct {
 	// Base is the transport that sends each attempt. Nil means a new
-	// cleanhttp.DefaultPooledTransport() (keep-alives on, no shared global
-	// state) that keeps up to [DefaultMaxIdleConnsPerHost] idle
-	// connections per host instead of cleanhttp's GOMAXPROCS+1, so that
-	// many goroutines calling one API reuse connections rather than dial
-	// again and again, and accepts at most
-	// [DefaultMaxResponseHeaderBytes] of response headers.
+	// cleanhttp.DefaultPooledTransport() that keeps up to
+	// [DefaultMaxIdleConnsPerHost] idle connections per host and accepts
+	// at most [DefaultMaxResponseHeaderBytes] of response headers.
 	Base http.RoundTripper
 
 	// Timeout bounds an operation until its final response's headers
@@ -100,17 +84,11 @@ type Options struct {
 	// limit ([DefaultAttemptTimeout]).
 	AttemptTimeout time.Duration
 
-	// IdleTimeout is the longest a response body may go without
-	// delivering a byte: a Read blocked for this long fails with a
-	// [*DeadlineError] and the connection is closed. A stream
-	// (text/event-stream, NDJSON and JSON Lines, JSON text sequences,
-	// gRPC and Connect streams, AWS event streams) is bounded by nothing
-	// else: it is read for as long as it makes progress and the caller's
-	// context allows. A 101 Switching Protocols connection is neither
-	// bounded nor cut. The cut comes within IdleTimeout/8 after the limit.
-	// The bodies of failed attempts, which Retry and Hedge read (to parse
-	// a problem, or to drain them before trying again), are cut the same
-	// way, at the limit; the next attempt then goes ahead.
+	// IdleTimeout is the longest a response body may go without a byte:
+	// a Read blocked this long fails with a [*DeadlineError], and the
+	// connection is closed. A stream (SSE, NDJSON, gRPC and the like) is
+	// bounded by nothing else: it is read while it makes progress. The
+	// failed bodies that Retry and Hedge read are cut the same way.
 	// Zero means [DefaultIdleTimeout] (10 minutes); negative means none.
 	IdleTimeout time.Duration
 
@@ -157,27 +135,17 @@ type Options struct {
 	// caller keyed itself carry a key.
 	Idempotency idempotency.Options
 
-	// Hedge, when set, adds a [Hedge] layer beneath Retry: a request
-	// safe to send twice that has no response headers after a delay (by
-	// default the host's 95th percentile of recent latencies) is sent
-	// again, and the first acceptable response wins. Unless Hedge.Budget
-	// is set, hedges draw on the Retry layer's budget, so that retries and
-	// hedges together stay within one bound per host; an empty
-	// IdempotencyHeader and a nil Classify follow Retry's. Nil means no
-	// hedging: it costs the server extra requests, which is the caller's
-	// choice to make.
+	// Hedge, when set, adds a [Hedge] layer beneath Retry: a slow request
+	// that is safe to send twice is sent again, and the first acceptable
+	// response wins. Hedges draw on Retry's budget unless Hedge.Budget is
+	// set; an empty IdempotencyHeader and a nil Classify follow Retry's.
+	// Nil means no hedging.
 	Hedge *policy.Hedge
 
 	// Throttle, when set, adds a [Throttle] layer beneath Retry and Hedge:
-	// when a host rejects or fails more than half of what it is sent
-	// (with the default K of 2), requests to it are shed locally, unsent,
-	// with a [*ThrottleError]. Share one [policy.Throttle] between stacks
-	// that talk to the same hosts. With a Throttle, the breaker leaves
-	// the answers of an overloaded server (503, 529) to it, unless
-	// Breaker.IsFailure is set: the throttle sheds what the server cannot
-	// take and lets the rest through, where a breaker would refuse
-	// everything; errors, timeouts and other 5xx still open the breaker.
-	// Nil means no throttling.
+	// when a host fails more than half of what it is sent, requests to it
+	// are shed locally, unsent, with a [*ThrottleError]. The breaker then
+	// leaves an overloaded server's 503 and 529 to it. Nil means none.
 	Throttle *policy.Throttle
 
 	// Disable switches layers off: Disable: LayerBreaker|LayerRateLimit.
