@@ -248,19 +248,8 @@ func (b *boundBodyRW) CloseWrite() error { return closeWrite(b.w) }
 // sequences, multipart replace streams, gRPC, Connect streaming and AWS
 // event streams (Bedrock's streaming responses).
 func isStream(resp *http.Response) bool {
-	v := resp.Header["Content-Type"]
-	if len(v) == 0 {
-		return false
-	}
-	ct := v[0]
-	if i := strings.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	const shortest = len("application/grpc") // the shortest stream type
-	if len(ct) < shortest {
-		return false // text/plain, application/json: no trimming needed
-	}
-	if ct = strings.TrimSpace(ct); len(ct) < shortest {
+	ct := streamMediaType(resp)
+	if ct == "" {
 		return false
 	}
 	for _, s := range streamTypes {
@@ -274,6 +263,28 @@ func isStream(resp *http.Response) bool {
 		}
 	}
 	return false
+}
+
+// streamMediaType returns resp's media type (its Content-Type without
+// parameters), or "" when it is too short to name a stream: text/plain
+// and application/json cost a header lookup and a few compares.
+func streamMediaType(resp *http.Response) string {
+	v := resp.Header["Content-Type"]
+	if len(v) == 0 {
+		return ""
+	}
+	ct := v[0]
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	const shortest = len("application/grpc") // the shortest stream type
+	if len(ct) < shortest {
+		return "" // no trimming needed
+	}
+	if ct = strings.TrimSpace(ct); len(ct) < shortest {
+		return ""
+	}
+	return ct
 }
 
 var streamTypes = [...]string{

@@ -151,23 +151,15 @@ func bodyDone(req *http.Request) bool {
 // whose first event can be told: server-sent events or NDJSON (JSON
 // Lines included); 0 for any other response.
 func eventFormat(resp *http.Response) lex.EventFormat {
-	v := resp.Header["Content-Type"]
-	if len(v) == 0 {
-		return 0
-	}
-	ct := v[0]
-	if len(ct) < len("application/jsonl") { // the shortest name below
+	ct := streamMediaType(resp)
+	if ct == "" {
 		return 0 // text/plain, application/json: no parsing needed
 	}
-	if i := strings.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	ct = strings.TrimSpace(ct)
-	if strings.EqualFold(ct, "text/event-stream") {
+	if len(ct) == len("text/event-stream") && strings.EqualFold(ct, "text/event-stream") {
 		return lex.SSE
 	}
 	for _, s := range ndjsonTypes {
-		if strings.EqualFold(ct, s) {
+		if len(ct) == len(s) && strings.EqualFold(ct, s) {
 			return lex.NDJSON
 		}
 	}
