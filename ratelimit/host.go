@@ -27,7 +27,11 @@ type hostState struct {
 	common quotaSet // the quotas every known route is counted against
 	tick   int64    // counts updates, to find the least recently updated
 
-	pause time.Time // end of the pause in force (server-asked, or after a bare 429)
+	pause time.Time  // end of the pause in force (server-asked, or after a bare 429)
+	cause pauseCause // what asked for it
+	// maxPause is Options.MaxPause: the longest a pause or a spent
+	// quota's reset holds the host (or the quota's routes) at once.
+	maxPause time.Duration
 	// held counts the responses that asked for the pause in force: the
 	// requests likely to come back when it ends.
 	held    int
@@ -57,6 +61,38 @@ type quotaState struct {
 	// replaces it.
 	guessed bool
 	used    int64
+	// holdFrom is when the hold of a reset further than maxPause began:
+	// the quota holds its routes until holdFrom+maxPause, then lets one
+	// request go to ask again.
+	holdFrom time.Time
+}
+
+// pauseCause is what asked for a host's pause, for the error of a
+// request it refuses.
+type pauseCause struct {
+	status     int           // the response's status; 0 for Tracker.Pause
+	retryAfter time.Duration // what its Retry-After asked; 0 when it named no wait
+	asked      time.Time     // the end the server asked for, when later than the pause's
+}
+
+// holdEnd returns until when q, spent, holds the requests it counts at
+// now: its reset, or when that is more than max away, the end of a hold
+// of max. It returns the zero time when such a hold is over: the request
+// then goes to ask the server, and, with probe, a new hold starts now.
+func (q *quotaState) holdEnd(now time.Time, max time.Duration, probe bool) time.Time {
+	if q.reset.Sub(now) <= max {
+		return q.reset
+	}
+	if q.holdFrom.IsZero() || q.holdFrom.After(now) {
+		q.holdFrom = now
+	}
+	if end := q.holdFrom.Add(max); now.Before(end) {
+		return end
+	}
+	if probe {
+		q.holdFrom = now
+	}
+	return time.Time{}
 }
 
 // named reports whether the quota names its resource (GitHub's
@@ -90,7 +126,12 @@ type spread struct {
 
 // verdict is what the state of a host says to one request.
 type verdict struct {
-	until  time.Time     // wait until then, unless zero
+	until time.Time // wait until then, unless zero
+	// asked is when the server's own word (a Retry-After, a reset) ends
+	// the wait, when MaxPause made until sooner: a request whose budget
+	// ends before it fails at once.
+	asked  time.Time
+	cause  pauseCause    // ReasonRetryAfter: what asked for the pause
 	reason string        // why; "" means go
 	own    bool          // a wait of the Tracker's own making (spread, pace)
 	news   chan struct{} // ReasonAwaitQuota: wait for this to close
@@ -106,7 +147,7 @@ type admission struct {
 }
 
 func newHostState(o *Options) *hostState {
-	h := &hostState{}
+	h := &hostState{maxPause: o.maxPause()}
 	if o.Rate > 0 {
 		h.client = rate.NewLimiter(o.Rate, o.burst())
 	}
@@ -122,7 +163,7 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	// Wait for the latest of the pause and the resets of the exhausted
 	// quotas that count the request, all at once, so that a wait that
 	// cannot end in time is refused before any of it is spent.
-	var until time.Time
+	var until, asked time.Time
 	paused := now.Before(h.pause)
 	await := false
 	for i := range h.quotas[:h.nq] {
@@ -137,9 +178,11 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			continue
 		}
 		if !q.reset.IsZero() {
-			if q.reset.After(until) {
-				until = q.reset
+			end := q.holdEnd(now, h.maxPause, true)
+			if end.IsZero() {
+				continue // a capped hold is over: this request asks again
 			}
+			until, asked = later(until, end), later(asked, q.reset)
 			continue
 		}
 		if q.awaiting && q.sentSinceRoll > 0 && !a.giveUp {
@@ -148,11 +191,14 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	}
 	if paused && !h.pause.Before(until) {
 		a.waited = true
-		return verdict{until: h.pause, reason: ReasonRetryAfter}
+		return verdict{until: h.pause, asked: later(asked, h.cause.asked), cause: h.cause, reason: ReasonRetryAfter}
 	}
 	if !until.IsZero() {
 		a.waited = a.waited || paused
-		return verdict{until: until, reason: ReasonQuota}
+		if paused {
+			asked = later(asked, h.cause.asked)
+		}
+		return verdict{until: until, asked: asked, reason: ReasonQuota}
 	}
 	// News of a new window is awaited only when nothing else holds the
 	// request: a wait that cannot end in time is refused before any of
@@ -202,13 +248,12 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 // heldUntil returns until when the host's pause and its spent quotas
 // that count route would hold a request that came at at, and why: the
 // zero time when nothing would. It changes nothing.
-func (h *hostState) heldUntil(at time.Time, route string, reserve int) (time.Time, string) {
+func (h *hostState) heldUntil(at time.Time, route string, reserve int) verdict {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var until time.Time
-	reason := ReasonRetryAfter
+	var v verdict
 	if at.Before(h.pause) {
-		until = h.pause
+		v = verdict{until: h.pause, asked: h.cause.asked, cause: h.cause, reason: ReasonRetryAfter}
 	}
 	set := h.counting(route)
 	for i := range h.quotas[:h.nq] {
@@ -216,11 +261,25 @@ func (h *hostState) heldUntil(at time.Time, route string, reserve int) (time.Tim
 		if set&(1<<i) == 0 || !q.spent(reserve) || q.reset.IsZero() || !at.Before(q.reset) {
 			continue
 		}
-		if q.reset.After(until) {
-			until, reason = q.reset, ReasonQuota
+		held := *q // holdEnd may start a hold: ask a copy
+		end := held.holdEnd(at, h.maxPause, false)
+		if end.IsZero() {
+			continue
 		}
+		if end.After(v.until) {
+			v.until, v.reason, v.cause = end, ReasonQuota, pauseCause{}
+		}
+		v.asked = later(v.asked, q.reset)
 	}
-	return until, reason
+	return v
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // releaseSlot returns the time a request may go in the spread that
@@ -235,8 +294,11 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.
 		}
 		// The pause has just ended: fix the spread once, sized for the
 		// requests it held.
-		// The sleepers, the one asking, and the requests told to pause.
-		n := int(h.waiters.Load()) + 1 + h.held
+		// The sleepers, and the requests told to pause or the one
+		// asking: these are often one, the retry of a request told to
+		// pause, which would otherwise be counted twice and make the
+		// next request wait a slot for nobody.
+		n := int(h.waiters.Load()) + max(h.held, 1)
 		d := time.Duration(float64(n) / h.releaseRate(set) * float64(time.Second))
 		d = min(d, maxOwnWait)
 		h.release = spread{of: h.pause, end: h.pause.Add(d), next: h.pause, interval: d / time.Duration(n)}
@@ -315,11 +377,11 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 			// that the pause ends at that pace rather than in a burst.
 			h.thr.tooMany(now, sent, true)
 		}
-		h.setPause(now, until)
+		h.setPause(now, until, status, true)
 		h.held++
 	case VerdictThrottle:
 		if h.thr.tooMany(now, sent, false) {
-			h.setPause(now, now.Add(throttlePause))
+			h.setPause(now, now.Add(throttlePause), status, false)
 			h.held++
 		}
 	default:
@@ -387,14 +449,25 @@ func (h *hostState) slot(q Quota) int {
 	return i
 }
 
-// setPause holds every request until until; a pause never shortens one
-// in force. h.mu is held.
-func (h *hostState) setPause(now, until time.Time) {
+// setPause holds every request until until, or for maxPause when that
+// is sooner; a pause never shortens one in force. status is that of the
+// response that asked (0 for none), and asked whether its Retry-After
+// did. h.mu is held.
+func (h *hostState) setPause(now, until time.Time, status int, asked bool) {
 	if !now.Before(h.pause) {
 		h.held = 0 // a new pause
 	}
+	c := pauseCause{status: status}
+	if asked {
+		c.retryAfter = until.Sub(now)
+	}
+	if capped := now.Add(h.maxPause); until.After(capped) {
+		c.asked, until = until, capped
+	}
 	if until.After(h.pause) {
-		h.pause = until
+		h.pause, h.cause = until, c
+	} else if c.asked.After(h.cause.asked) {
+		h.cause.asked = c.asked // the server asks for longer still
 	}
 	h.thr.pace.restart(h.pause)
 }
@@ -436,6 +509,7 @@ func (h *hostState) live(now time.Time, reserve int) bool {
 func (q *quotaState) roll(now time.Time) {
 	q.remaining = q.limit
 	q.gen++
+	q.holdFrom = time.Time{}
 	if q.window > 0 {
 		n := now.Sub(q.reset)/q.window + 1
 		q.reset = q.reset.Add(n * q.window)
@@ -480,6 +554,7 @@ func (q *quotaState) update(r Quota, now time.Time) {
 		// The server has moved to another window.
 		q.reset, q.remaining = r.Reset, r.Remaining
 		q.gen++
+		q.holdFrom = time.Time{}
 	case q.guessed && !r.Reset.IsZero() && q.reset.Sub(r.Reset) > sameWindow:
 		// The server's window ends sooner than the state reckoned when
 		// it rolled the reset forward a Window: the server's reset is
