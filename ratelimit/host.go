@@ -37,8 +37,14 @@ type hostState struct {
 	held    int
 	release spread
 	thr     throttle
-	client  *rate.Limiter // Options.Rate; nil when off
-	news    chan struct{} // closed by the next response; nil when nobody waits
+	// refusedSent is when the latest request refused by a 429 with
+	// Retry-After was let through; excess is when the host last accepted
+	// a request let through after it (see excessOnly); cutsInRow counts
+	// such 429s taken as the excess since the last success.
+	refusedSent, excess time.Time
+	cutsInRow           int
+	client              *rate.Limiter // Options.Rate; nil when off
+	news                chan struct{} // closed by the next response; nil when nobody waits
 }
 
 // quotaState is one quota of a host, counted down between responses.
@@ -61,10 +67,33 @@ type quotaState struct {
 	// replaces it.
 	guessed bool
 	used    int64
+	// said is the Remaining the last response told, at saidAt, of a
+	// window that resets at saidReset; refills is set once a later
+	// response told more before then (see update).
+	said              int
+	saidAt, saidReset time.Time
+	refills           bool
+	// probe is set while one request goes before the reset of a spent
+	// quota whose rate is known, to find out whether it refills; fixed
+	// once such a probe was refused.
+	probe, fixed bool
 	// holdFrom is when the hold of a reset further than maxPause began:
 	// the quota holds its routes until holdFrom+maxPause, then lets one
 	// request go to ask again.
 	holdFrom time.Time
+}
+
+// probing reports whether a request at now goes before the reset of q,
+// spent, to find out whether it refills: when the last response said
+// none were left in the window still running, its rate (limit a window)
+// is known, one interval of that rate has passed since, and no probe is
+// out or was refused.
+func (q *quotaState) probing(now time.Time) bool {
+	if q.probe || q.fixed || q.said != 0 || q.limit <= 0 || q.window <= 0 || q.tokens() ||
+		!now.Before(q.reset) || !now.Before(q.saidReset) {
+		return false
+	}
+	return !now.Before(q.saidAt.Add(q.window / time.Duration(q.limit)))
 }
 
 // pauseCause is what asked for a host's pause, for the error of a
@@ -104,7 +133,7 @@ func (q *quotaState) named() bool { return fleetName(q.resource, q.policy, q.fam
 // its count goes: at or below reserve (never, with reserve < 0); a
 // tokens quota only at zero, since its count is not counted down here.
 func (q *quotaState) spent(reserve int) bool {
-	if reserve < 0 || q.remaining == Unknown {
+	if reserve < 0 || q.remaining == Unknown || q.refills {
 		return false
 	}
 	return q.remaining <= reserve && !(q.tokens() && q.remaining > 0)
@@ -139,11 +168,12 @@ type verdict struct {
 
 // admission is what one request has been through so far in admit.
 type admission struct {
-	paced    bool   // has its slot at the learned rate
-	epoch    uint32 // of the schedule its slot is in
-	released bool   // has its place in a release spread, or needs none
-	waited   bool   // has waited for a pause
-	giveUp   bool   // has waited for news of a new window once
+	paced    bool     // has its slot at the learned rate
+	epoch    uint32   // of the schedule its slot is in
+	released bool     // has its place in a release spread, or needs none
+	waited   bool     // has waited for a pause
+	giveUp   bool     // has waited for news of a new window once
+	probes   quotaSet // the spent quotas it goes before the reset of, as a probe
 }
 
 func newHostState(o *Options) *hostState {
@@ -176,6 +206,11 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		}
 		if !q.spent(reserve) {
 			continue
+		}
+		if a.probes&(1<<i) != 0 || q.probing(now) {
+			q.probe = true
+			a.probes |= 1 << i
+			continue // it goes to find out whether the quota refills
 		}
 		if !q.reset.IsZero() {
 			end := q.holdEnd(now, h.maxPause, true)
@@ -243,6 +278,18 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		}
 	}
 	return verdict{}
+}
+
+// refilling reports whether a quota that counts route refills by itself.
+// h.mu is held.
+func (h *hostState) refilling(route string) bool {
+	set := h.counting(route)
+	for i := range h.quotas[:h.nq] {
+		if set&(1<<i) != 0 && h.quotas[i].refills {
+			return true
+		}
+	}
+	return false
 }
 
 // heldUntil returns until when the host's pause and its spent quotas
@@ -369,10 +416,37 @@ func (h *hostState) cancel(res *Reservation) {
 func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status int, v Verdict, until time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.observe(now, route, qs)
+	h.observe(now, sent, route, qs, status < 400)
+	if status == http.StatusTooManyRequests && v == VerdictNone && h.refilling(route) {
+		// A quota that refills by itself explains the 429 but holds
+		// nothing (see quotaState.refills): the 429 slows the pace.
+		h.thr.tooMany(now, sent, false)
+	}
 	switch v {
 	case VerdictPause:
 		if status == http.StatusTooManyRequests {
+			h.refusedSent = later(h.refusedSent, sent)
+			if h.excessOnly(now) {
+				// The host refuses only the excess: the request that got
+				// the 429 waits its Retry-After (Retry does), and the
+				// others go on at a slower pace, unless a second such
+				// 429 in a row says the host means it.
+				was := h.thr.rate
+				if h.thr.tooMany(now, sent, false) {
+					if m, ok := h.thr.lastSecond(now); ok && was <= throttleNear*m {
+						// The cap was about what the host accepts: the
+						// requests let through within the Retry-After (a
+						// second at most) meet the excess this 429
+						// answered, and their 429s cut no further.
+						h.thr.quiet = now.Add(min(until.Sub(now), maxOwnWait))
+					}
+					h.cutsInRow++
+				}
+				if h.cutsInRow < excessCutsInRow {
+					break
+				}
+				h.excess = time.Time{}
+			}
 			// Pause as asked, and learn the pace the server keeps, so
 			// that the pause ends at that pace rather than in a burst.
 			h.thr.tooMany(now, sent, true)
@@ -386,22 +460,50 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 		}
 	default:
 		if status != http.StatusTooManyRequests && status < 500 {
+			if !h.refusedSent.IsZero() && sent.After(h.refusedSent) && now.Sub(h.thr.last429) < throttleForget {
+				// Accepted though let through after a request the
+				// host refused with a Retry-After: the host refuses
+				// the excess, not every request. A pause that 429 set
+				// ends now; the pace learned from 429s holds the host.
+				h.excess, h.cutsInRow = now, 0
+				if now.Before(h.pause) && h.cause.status == http.StatusTooManyRequests {
+					h.pause = now
+					h.thr.pace.restart(now)
+				}
+			}
 			h.thr.success(now, sent)
 		}
 	}
 	h.wake()
 }
 
+// excessOnly reports whether the host has shown, within throttleForget,
+// that its 429s with Retry-After refuse only the requests beyond its
+// rate: it accepted a request let through after one it refused.
+func (h *hostState) excessOnly(now time.Time) bool {
+	return !h.excess.IsZero() && now.Sub(h.excess) < throttleForget
+}
+
+// excessCutsInRow is how many 429s with Retry-After in a row, each of a
+// request let through after the last cut, a host that refuses only the
+// excess may answer before its Retry-After pauses the host again.
+const excessCutsInRow = 2
+
 // observe merges the quotas of a response of route into the state. h.mu
 // is held.
-func (h *hostState) observe(now time.Time, route string, qs []Quota) {
+func (h *hostState) observe(now, sent time.Time, route string, qs []Quota, accepted bool) {
 	var (
 		set  quotaSet
 		pace *Quota // the policy of the shortest window, whose rate the limiter adopts
 	)
 	for k, q := range qs {
 		i := h.slot(q)
-		h.quotas[i].update(q, now)
+		h.quotas[i].update(q, now, sent, accepted)
+		if p := &h.quotas[i]; p.refills && p.limit > 0 && p.window > 0 && !p.tokens() {
+			// Its own rate, limit a window, paces the host, as a rate
+			// measured from 429s would.
+			h.thr.adopt(now, float64(p.limit)/p.window.Seconds()*throttleBelow)
+		}
 		if q.Limit != Unknown && q.Window > 0 && !h.quotas[i].tokens() && (pace == nil || q.Window < pace.Window) {
 			pace = &qs[k]
 		}
@@ -510,6 +612,7 @@ func (q *quotaState) roll(now time.Time) {
 	q.remaining = q.limit
 	q.gen++
 	q.holdFrom = time.Time{}
+	q.probe = false
 	if q.window > 0 {
 		n := now.Sub(q.reset)/q.window + 1
 		q.reset = q.reset.Add(n * q.window)
@@ -520,8 +623,25 @@ func (q *quotaState) roll(now time.Time) {
 	q.awaiting, q.sentSinceRoll = true, 0
 }
 
-// update merges a quota read from a response into the state.
-func (q *quotaState) update(r Quota, now time.Time) {
+// update merges a quota read from a response into the state; sent is
+// when the response's request was let through (zero when not known).
+func (q *quotaState) update(r Quota, now, sent time.Time, accepted bool) {
+	if r.Remaining != Unknown && !r.Reset.IsZero() {
+		// A request let through after a response said n were left,
+		// told of more (or accepted when none were left) before that
+		// window's reset: the quota refills by itself (a token
+		// bucket, GCRA, a sliding window), and is not one that is
+		// spent until its reset.
+		if !q.saidAt.IsZero() && sent.After(q.saidAt) && sent.Before(q.saidReset) &&
+			(r.Remaining > q.said || accepted && q.said == 0) {
+			q.refills = true
+		}
+		if q.probe && !accepted {
+			q.fixed = true // its probe was refused: spent until its reset
+		}
+		q.probe = false
+		q.said, q.saidAt, q.saidReset = r.Remaining, now, r.Reset
+	}
 	if r.Limit != Unknown {
 		q.limit = r.Limit
 	}

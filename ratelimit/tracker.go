@@ -132,7 +132,7 @@ func (t *Tracker) Observe(r *http.Request, h http.Header) {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.observe(now, routeOf(r), qs)
+	st.observe(now, time.Time{}, routeOf(r), qs, false)
 	st.wake()
 }
 

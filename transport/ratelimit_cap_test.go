@@ -96,10 +96,12 @@ func TestRateLimitAwareDayLongQuotaHeldForTheCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var hits atomic.Int32
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			hits.Add(1)
 			w.Header().Set("X-RateLimit-Limit", "100")
 			w.Header().Set("X-RateLimit-Remaining", "0")
 			w.Header().Set("X-RateLimit-Reset", "86400")
+			if hits.Add(1) > 1 { // the last unit went to the first
+				w.WriteHeader(http.StatusTooManyRequests)
+			}
 		})
 		c, url, stop := rlServer(h, RateLimitAware(ratelimit.Options{}))
 		defer stop()
@@ -111,8 +113,8 @@ func TestRateLimitAwareDayLongQuotaHeldForTheCap(t *testing.T) {
 			t.Errorf("err = %v, want it to say %q", err, want)
 		}
 		time.Sleep(time.Minute)
-		if code, err := rlGet(context.Background(), c, url); err != nil || code != 200 {
-			t.Errorf("GET after the hold = %d, %v; want it sent", code, err)
+		if code, err := rlGet(context.Background(), c, url); err != nil || code != 429 {
+			t.Errorf("GET after the hold = %d, %v; want it sent, and the 429", code, err)
 		}
 		if _, err := rlGet(context.Background(), c, url); !errors.Is(err, ratelimit.ErrQuotaExhausted) {
 			t.Errorf("GET right after: err = %v, want the quota to hold again", err)
