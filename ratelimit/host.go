@@ -43,6 +43,7 @@ type hostState struct {
 	// such 429s taken as the excess since the last success.
 	refusedSent, excess time.Time
 	cutsInRow           int
+	bare                barePause
 	client              *rate.Limiter // Options.Rate; nil when off
 	news                chan struct{} // closed by the next response; nil when nobody waits
 }
@@ -83,17 +84,24 @@ type quotaState struct {
 	holdFrom time.Time
 }
 
-// probing reports whether a request at now goes before the reset of q,
-// spent, to find out whether it refills: when the last response said
-// none were left in the window still running, its rate (limit a window)
-// is known, one interval of that rate has passed since, and no probe is
-// out or was refused.
-func (q *quotaState) probing(now time.Time) bool {
-	if q.probe || q.fixed || q.said != 0 || q.limit <= 0 || q.window <= 0 || q.tokens() ||
+// probeAt returns when a request may go before the reset of q, spent,
+// to find out whether it refills, and false when none is to go: only
+// when the last response said none were left in the window still
+// running, the quota's rate (limit a window of a second or less: a
+// longer window is held to its reset, exactly) is known, and no probe
+// was refused. One goes an interval of that rate after that response; while
+// it is out, the others look again an interval later.
+func (q *quotaState) probeAt(now time.Time) (time.Time, bool) {
+	if q.fixed || q.said != 0 || q.limit <= 0 || q.window <= 0 || q.window > maxOwnWait || q.tokens() ||
 		!now.Before(q.reset) || !now.Before(q.saidReset) {
-		return false
+		return time.Time{}, false
 	}
-	return !now.Before(q.saidAt.Add(q.window / time.Duration(q.limit)))
+	iv := q.window / time.Duration(q.limit)
+	at := q.saidAt.Add(iv)
+	if q.probe {
+		at = later(at, now.Add(iv))
+	}
+	return at, true
 }
 
 // pauseCause is what asked for a host's pause, for the error of a
@@ -207,7 +215,8 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		if !q.spent(reserve) {
 			continue
 		}
-		if a.probes&(1<<i) != 0 || q.probing(now) {
+		probeAt, probing := q.probeAt(now)
+		if a.probes&(1<<i) != 0 || probing && !q.probe && !now.Before(probeAt) {
 			q.probe = true
 			a.probes |= 1 << i
 			continue // it goes to find out whether the quota refills
@@ -216,6 +225,9 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			end := q.holdEnd(now, h.maxPause, true)
 			if end.IsZero() {
 				continue // a capped hold is over: this request asks again
+			}
+			if probing && probeAt.Before(end) {
+				end = probeAt
 			}
 			until, asked = later(until, end), later(asked, q.reset)
 			continue
@@ -454,8 +466,20 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 		h.setPause(now, until, status, true)
 		h.held++
 	case VerdictThrottle:
+		if !h.bare.end.IsZero() && !sent.Before(h.bare.end) && !h.bare.ok && now.Sub(h.bare.end) < maxOwnWait {
+			// Refused though let through after the last such pause, with
+			// no success since: the limiter had not drained (a sliding
+			// window counts what came before), not a rate too high.
+			// Pause again, twice as long, and cut nothing.
+			h.bare.wait = min(2*h.bare.wait, maxOwnWait)
+			h.setPause(now, now.Add(h.bare.wait), status, false)
+			h.bare.end = h.pause
+			h.held++
+			break
+		}
 		if h.thr.tooMany(now, sent, false) {
 			h.setPause(now, now.Add(throttlePause), status, false)
+			h.bare = barePause{end: h.pause, wait: throttlePause}
 			h.held++
 		}
 	default:
@@ -471,10 +495,20 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 					h.thr.pace.restart(now)
 				}
 			}
+			if !sent.Before(h.bare.end) {
+				h.bare.ok = true
+			}
 			h.thr.success(now, sent)
 		}
 	}
 	h.wake()
+}
+
+// barePause is the last pause after a 429 that named no wait.
+type barePause struct {
+	end  time.Time     // its end
+	wait time.Duration // its length
+	ok   bool          // a request let through after it succeeded
 }
 
 // excessOnly reports whether the host has shown, within throttleForget,
