@@ -75,9 +75,10 @@ type quotaState struct {
 	saidAt, saidReset time.Time
 	refills           bool
 	// probe is set while one request goes before the reset of a spent
-	// quota whose rate is known, to find out whether it refills; fixed
-	// once such a probe was refused.
-	probe, fixed bool
+	// quota whose rate is known, to find out whether it refills; refused
+	// counts such probes refused in a row.
+	probe   bool
+	refused int
 	// holdFrom is when the hold of a reset further than maxPause began:
 	// the quota holds its routes until holdFrom+maxPause, then lets one
 	// request go to ask again.
@@ -88,21 +89,33 @@ type quotaState struct {
 // to find out whether it refills, and false when none is to go: only
 // when the last response said none were left in the window still
 // running, the quota's rate (limit a window of a second or less: a
-// longer window is held to its reset, exactly) is known, and no probe
-// was refused. One goes an interval of that rate after that response; while
+// longer window is held to its reset, exactly) is known, or the host
+// refuses only the excess (excess) and the reset is a second or two
+// away, and fewer than probeRefusals probes in a row were refused. One goes an interval of that rate after that response; while
 // it is out, the others look again an interval later.
-func (q *quotaState) probeAt(now time.Time) (time.Time, bool) {
-	if q.fixed || q.said != 0 || q.limit <= 0 || q.window <= 0 || q.window > maxOwnWait || q.tokens() ||
+func (q *quotaState) probeAt(now time.Time, excess bool) (time.Time, bool) {
+	w := q.window
+	if w == 0 && excess && q.saidReset.Sub(q.saidAt) <= 2*time.Second {
+		// No window said, a reset a second or two away, on a host that
+		// refuses only the excess: a quota a second, counted as a
+		// sliding window or a bucket most likely.
+		w = time.Second
+	}
+	if q.refused >= probeRefusals || q.said != 0 || q.limit <= 0 || w <= 0 || w > maxOwnWait || q.tokens() ||
 		!now.Before(q.reset) || !now.Before(q.saidReset) {
 		return time.Time{}, false
 	}
-	iv := q.window / time.Duration(q.limit)
+	iv := w / time.Duration(q.limit)
 	at := q.saidAt.Add(iv)
 	if q.probe {
 		at = later(at, now.Add(iv))
 	}
 	return at, true
 }
+
+// probeRefusals is how many probes in a row a quota refuses before it
+// is taken for a fixed window, spent until its reset.
+const probeRefusals = 3
 
 // pauseCause is what asked for a host's pause, for the error of a
 // request it refuses.
@@ -215,7 +228,7 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		if !q.spent(reserve) {
 			continue
 		}
-		probeAt, probing := q.probeAt(now)
+		probeAt, probing := q.probeAt(now, h.excessOnly(now))
 		if a.probes&(1<<i) != 0 || probing && !q.probe && !now.Before(probeAt) {
 			q.probe = true
 			a.probes |= 1 << i
@@ -670,8 +683,11 @@ func (q *quotaState) update(r Quota, now, sent time.Time, accepted bool) {
 			(r.Remaining > q.said || accepted && q.said == 0) {
 			q.refills = true
 		}
-		if q.probe && !accepted {
-			q.fixed = true // its probe was refused: spent until its reset
+		switch {
+		case q.probe && !accepted:
+			q.refused++ // enough of them, and it is spent until its reset
+		case q.probe:
+			q.refused = 0
 		}
 		q.probe = false
 		q.said, q.saidAt, q.saidReset = r.Remaining, now, r.Reset
