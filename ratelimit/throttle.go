@@ -228,8 +228,10 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 		return false
 	case t.rate == 0 && ok && m > 0:
 		// What the host accepted over the last second, a floor to probe
-		// up from: the client may not have been sending at the limit.
-		t.rate, t.grow = m*throttleCut, growGuess
+		// up from: the client may not have been sending at the limit
+		// (or a pause took most of the second: never below the rate a
+		// pause's requests are released at).
+		t.rate, t.grow = max(m*throttleCut, float64(DefaultReleaseRate)), growGuess
 	case t.rate == 0:
 		t.rate, t.grow = float64(DefaultReleaseRate), growGuess
 	default:
