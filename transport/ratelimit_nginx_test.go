@@ -30,7 +30,7 @@ const (
 	// nginxOtherDuration is how long the bare client and the naive loop
 	// run in the full table.
 	nginxOtherDuration = 5 * time.Second
-	nginxWorkers      = 20
+	nginxWorkers       = 20
 )
 
 // nginxConfig is one configuration of nginx's limit_req.
