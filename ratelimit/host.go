@@ -87,12 +87,13 @@ type quotaState struct {
 
 // probeAt returns when a request may go before the reset of q, spent,
 // to find out whether it refills, and false when none is to go: only
-// when the last response said none were left in the window still
-// running, the quota's rate (limit a window of a second or less: a
-// longer window is held to its reset, exactly) is known, or the host
-// refuses only the excess (excess) and the reset is a second or two
-// away, and fewer than probeRefusals probes in a row were refused. One goes an interval of that rate after that response; while
-// it is out, the others look again an interval later.
+// while the window the last response told of is still running, the
+// quota's rate is known (limit a window of a second or less: a longer
+// window is held to its reset, exactly) or the host refuses only the
+// excess (excess) and the reset is a second or two away, and fewer than
+// probeRefusals probes in a row were refused. One goes an interval of
+// that rate after the last response; while it is out, the others look
+// again an interval later. A probe accepted shows the quota refills.
 func (q *quotaState) probeAt(now time.Time, excess bool) (time.Time, bool) {
 	w := q.window
 	if w == 0 && excess && q.saidReset.Sub(q.saidAt) <= 2*time.Second {
@@ -101,7 +102,7 @@ func (q *quotaState) probeAt(now time.Time, excess bool) (time.Time, bool) {
 		// sliding window or a bucket most likely.
 		w = time.Second
 	}
-	if q.refused >= probeRefusals || q.said != 0 || q.limit <= 0 || w <= 0 || w > maxOwnWait || q.tokens() ||
+	if q.refused >= probeRefusals || q.limit <= 0 || w <= 0 || w > maxOwnWait || q.tokens() ||
 		!now.Before(q.reset) || !now.Before(q.saidReset) {
 		return time.Time{}, false
 	}
@@ -687,7 +688,7 @@ func (q *quotaState) update(r Quota, now, sent time.Time, accepted bool) {
 		case q.probe && !accepted:
 			q.refused++ // enough of them, and it is spent until its reset
 		case q.probe:
-			q.refused = 0
+			q.refused, q.refills = 0, true // accepted before the reset of a spent quota
 		}
 		q.probe = false
 		q.said, q.saidAt, q.saidReset = r.Remaining, now, r.Reset
