@@ -20,4 +20,6 @@
 // fleet of processes on Redis is in a module of its own,
 // github.com/sturdyhttp/sturdy/fleet, so that this one depends on
 // nothing but go-cleanhttp, gobreaker and x/time/rate.
+//
+// Guides by topic are in the repository: README.md, then the pages under docs/.
 package sturdy

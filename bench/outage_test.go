@@ -16,11 +16,11 @@ import (
 	"github.com/sturdyhttp/sturdy/transport"
 )
 
-// outageShape is the outage workload of examples/outage, rewritten here
-// with its default shape because a package main cannot be imported: a
-// fleet of client goroutines spread over client processes (each its own
-// client: its own stack, breaker, budget and connection pool) calls one
-// API in a loop (an operation with a deadline, then a think time) while
+// outageShape is the former outage workload of examples/outage (closed
+// loop, a server without a capacity limit), rewritten here because a
+// package main cannot be imported: a fleet of client goroutines spread
+// over client processes (each its own client: its own stack, breaker,
+// budget and connection pool) calls one API in a loop (an operation with a deadline, then a think time) while
 // the API is healthy, down (503 to everything), then healthy again. The
 // API is httptestutil's Outage emulator on an in-memory network (a real
 // http.Server and real http.Transports over net.Pipe, no kernel

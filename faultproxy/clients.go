@@ -1,6 +1,7 @@
 package faultproxy
 
 import (
+	"math"
 	"net/http"
 	"time"
 
@@ -83,4 +84,37 @@ func Bare() Client {
 		}
 		return do, c.CloseIdleConnections
 	}}
+}
+
+// NetHTTP is no kit at all: an http.Client over a clone of
+// http.DefaultTransport, with no retry loop, and the run's attempt limit
+// as its Timeout, as sturdy has it (AttemptTimeout). The suite's
+// differential compares sturdy with it: under every fault, sturdy may
+// fail no more operations than this client (see [Allowed]).
+func NetHTTP() Client {
+	return Client{Name: "net/http", Bare: true, New: func(s Settings) (Doer, func()) {
+		c := &http.Client{Timeout: s.Attempt, Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		return c.Do, c.CloseIdleConnections
+	}}
+}
+
+// Allowed is how many of n operations sturdy may fail in a phase where
+// the plain net/http client ([NetHTTP]) failed bareFailed of bareOps,
+// failed being how many sturdy failed. Faults are random (toxiproxy picks
+// the connections it hits), so the two counts differ by chance alone. It
+// is a two-sample test: under the hypothesis that both clients fail at
+// one rate, estimated from both counts, sturdy's excess over the bare
+// client's rate (scaled to n) stays within four standard deviations of
+// that difference; 1 more absorbs the rounding of small counts. Four, not
+// three: the suite makes 16 such comparisons per run, and toxiproxy deals
+// its toxics per connection, several requests each, so failures come in
+// clusters that spread the counts wider than the binomial model says.
+func Allowed(failed, n, bareFailed, bareOps int) float64 {
+	if bareOps == 0 || n == 0 {
+		return math.Inf(1)
+	}
+	expected := float64(bareFailed) / float64(bareOps) * float64(n)
+	p := float64(failed+bareFailed) / float64(n+bareOps)
+	sd := math.Sqrt(p * (1 - p) * (float64(n) + float64(n)*float64(n)/float64(bareOps)))
+	return expected + 4*sd + 1
 }

@@ -11,8 +11,10 @@
 // after 100 ms, on the request and on the response), timeout (a hang),
 // slicer, limit_data (a response cut) and bandwidth (a slow uplink). Each
 // runs a bounded count of operations for the default stack
-// (transport.New) and for a bare client with a retry loop ([Bare]) side
-// by side, and the suite checks sturdy exactly ([Result.Check]): at most
+// (transport.New), for a bare client with a retry loop ([Bare]) and for
+// plain net/http ([NetHTTP]) side by side. sturdy fails no more
+// operations than plain net/http, within the noise [Allowed] states, and
+// the suite checks sturdy exactly ([Result.Check]): at most
 // one side effect per operation, exactly one for each operation the
 // client saw succeed, every body byte-identical per key, no operation
 // past its deadline by more than a stated margin, connections reused

@@ -123,11 +123,13 @@ func TestFaultProxyServer(t *testing.T) {
 	t.Logf("API %s and proxy %s checked closed on %d other addresses", tp.API, px.Listen, others)
 }
 
-// TestFaultProxyPhases runs every phase, for the default sturdy stack
-// and for a bare client with a retry loop, once with vouched requests (a
-// key on each, an upstream that deduplicates) and once without (no key,
-// an upstream that performs whatever arrives). It checks sturdy's
-// promises exactly, per operation, and prints the table.
+// TestFaultProxyPhases runs every phase, for the default sturdy stack,
+// for a bare client with a retry loop and for plain net/http, once with
+// vouched requests (a key on each, an upstream that deduplicates) and
+// once without (no key, an upstream that performs whatever arrives). It
+// checks sturdy's promises exactly, per operation; checks that sturdy
+// fails no more operations than plain net/http (within [Allowed]); and
+// prints the table.
 func TestFaultProxyPhases(t *testing.T) {
 	tp := server(t)
 	verifyNoLeaks(t)
@@ -136,7 +138,7 @@ func TestFaultProxyPhases(t *testing.T) {
 		mu   sync.Mutex
 		rows = map[string]Summary{}
 	)
-	clients := []Client{Sturdy(), Bare()}
+	clients := []Client{Sturdy(), Bare(), NetHTTP()}
 	for _, vouched := range []bool{true, false} {
 		s := s
 		s.Vouched = vouched
@@ -144,12 +146,21 @@ func TestFaultProxyPhases(t *testing.T) {
 			name := ph.Name + "/" + vouchedName(vouched)
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
+				failed := map[string]Summary{}
+				defer func() {
+					st, bare := failed[Sturdy().Name], failed[NetHTTP().Name]
+					if allowed := Allowed(st.Ops-st.OK, st.Ops, bare.Ops-bare.OK, bare.Ops); float64(st.Ops-st.OK) > allowed {
+						t.Errorf("sturdy failed %d of %d operations, plain net/http %d of %d: more than the %.1f allowed",
+							st.Ops-st.OK, st.Ops, bare.Ops-bare.OK, bare.Ops, allowed)
+					}
+				}()
 				for _, c := range clients {
 					res, err := Run(t.Context(), tp, ph.Phase, c, s)
 					if err != nil {
 						t.Fatal(err)
 					}
 					sm := res.Summarize()
+					failed[c.Name] = sm
 					mu.Lock()
 					rows[name+"/"+c.Name] = sm
 					mu.Unlock()

@@ -24,7 +24,7 @@ var Short = Settings{
 	QuietWait:       300 * time.Millisecond,
 }
 
-// Long are the long run's settings, those of the issue's own run but for
+// Long are the long run's settings, those of the run BENCHMARKS.md quotes but for
 // the count: 5 s per operation, 1 s per attempt, bodies of 1-64 KiB.
 var Long = Settings{
 	Workers:         25,

@@ -91,16 +91,19 @@ func (o *Op) Took() time.Duration { return o.End.Sub(o.Start) }
 
 // Result is what one run did: the operations, and the upstream's records.
 type Result struct {
-	Phase    string            // the phase's name
-	Client   string            // the client's name
-	Bare     bool              // the client has no retries of its own
-	Settings Settings          // what the run was given
-	Ops      []*Op             // the operations, in the order they started
-	Arrivals []Arrival         // every request that reached the upstream
-	Effects  map[string]int    // side effects per operation
-	Charges  map[string]string // the charge made for each operation id
-	Conns    int64             // connections the upstream accepted
-	Elapsed  time.Duration     // from the first operation's start to the quiet end
+	Phase    string         // the phase's name
+	Client   string         // the client's name
+	Bare     bool           // the client has no retries of its own
+	Settings Settings       // what the run was given
+	Ops      []*Op          // the operations, in the order they started
+	Arrivals []Arrival      // every request that reached the upstream
+	Effects  map[string]int // side effects per operation
+	// KeyEffects counts the side effects per Idempotency-Key, through
+	// idempotency.Handler, when the run's requests carry keys.
+	KeyEffects map[string]int
+	Charges    map[string]string // the charge made for each operation id
+	Conns      int64             // connections the upstream accepted
+	Elapsed    time.Duration     // from the first operation's start to the quiet end
 }
 
 // Run runs s.Ops operations of one client through a fresh proxy with the
@@ -160,7 +163,7 @@ func Run(ctx context.Context, tp *Toxiproxy, ph Phase, c Client, s Settings) (*R
 
 	res := &Result{
 		Phase: ph.Name, Client: c.Name, Bare: c.Bare, Settings: s, Ops: ops,
-		Arrivals: up.Arrivals(), Effects: make(map[string]int), Charges: make(map[string]string),
+		Arrivals: up.Arrivals(), Effects: make(map[string]int), KeyEffects: up.KeyEffects(), Charges: make(map[string]string),
 		Conns: up.Conns() - warmConns, Elapsed: time.Since(start),
 	}
 	for _, op := range ops {
@@ -337,7 +340,7 @@ func (r *Result) Summarize() Summary {
 }
 
 // Check returns the promises a run of sturdy broke, each as an error: at
-// most one side effect per operation; exactly one for each operation the
+// most one side effect per operation, and per idempotency key; exactly one for each operation the
 // client saw succeed; every body that arrived byte-identical to the one
 // sent, and every receipt the operation's own; no operation past its
 // deadline by more than the margin.
@@ -359,6 +362,11 @@ func (r *Result) Check() error {
 		}
 		if over := op.End.Sub(op.Deadline); over > r.Settings.Margin {
 			errs = append(errs, fmt.Errorf("%s: ended %v past its deadline, want at most %v (%v)", op.ID, over, r.Settings.Margin, op.Err))
+		}
+	}
+	for key, n := range r.KeyEffects {
+		if n > 1 {
+			errs = append(errs, fmt.Errorf("key %s: %d side effects through idempotency.Handler, want 1", key, n))
 		}
 	}
 	for _, a := range r.Arrivals {

@@ -50,6 +50,8 @@ func TestFaultProxyCheck(t *testing.T) {
 		{name: "a success without a side effect", change: func(r *Result) { r.Effects["p/sturdy/0"] = 0 }, want: "succeeded with 0 side effects",
 			sum: func(s Summary) bool { return s.Missing == 1 }},
 		{name: "a failed operation performed once is allowed", change: func(r *Result) { r.Effects["p/sturdy/1"] = 1 }},
+		{name: "a key performed twice through the Handler", change: func(r *Result) { r.KeyEffects = map[string]int{"k1": 1, "k2": 2} },
+			want: "key k2: 2 side effects through idempotency.Handler, want 1"},
 		{name: "another body under the key", change: func(r *Result) { r.Arrivals[1].BodySHA = "abc" }, want: "a body arrived with SHA-256 abc",
 			sum: func(s Summary) bool { return s.Mismatches == 1 }},
 		{name: "an incomplete body is not compared", change: func(r *Result) { r.Arrivals[2].BodySHA = "zzz" }},

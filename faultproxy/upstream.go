@@ -8,6 +8,7 @@ import (
 	"errors"
 	"hash"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -101,13 +102,14 @@ type Upstream struct {
 	mu       sync.Mutex
 	arrivals []Arrival
 	effects  map[string]int // side effects per operation
+	byKey    map[string]int // side effects per Idempotency-Key, for requests with one
 	charges  map[string]string
 	next     int
 }
 
 // NewUpstream starts an upstream on a loopback port.
 func NewUpstream(o UpstreamOptions) *Upstream {
-	u := &Upstream{effects: make(map[string]int), charges: make(map[string]string)}
+	u := &Upstream{effects: make(map[string]int), byKey: make(map[string]int), charges: make(map[string]string)}
 	var h http.Handler = http.HandlerFunc(u.perform)
 	if o.Dedup {
 		h = idempotency.Handler(h, idempotency.HandlerOptions{Optional: true, MaxRequestBody: maxBody})
@@ -148,6 +150,14 @@ func (u *Upstream) Effects(op string) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.effects[op]
+}
+
+// KeyEffects returns the side effects performed per Idempotency-Key, for
+// the requests that carried one.
+func (u *Upstream) KeyEffects() map[string]int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return maps.Clone(u.byKey)
 }
 
 // Charge returns the charge that op's first side effect made, if any.
@@ -225,6 +235,7 @@ func (u *Upstream) perform(w http.ResponseWriter, r *http.Request) {
 			idempotency.WriteDeadlineProblem(w, "upstream: reading the body: "+err.Error())
 			return
 		}
+		idempotency.NothingDone(r.Context()) // a retry may bring the body whole
 		http.Error(w, "upstream: reading the body: the body did not arrive whole", http.StatusBadRequest)
 		return
 	}
@@ -235,6 +246,9 @@ func (u *Upstream) perform(w http.ResponseWriter, r *http.Request) {
 	}
 	u.mu.Lock()
 	u.effects[a.Op]++
+	if a.Key != "" {
+		u.byKey[a.Key]++
+	}
 	u.next++
 	charge := "ch_" + strconv.Itoa(u.next)
 	if _, ok := u.charges[a.Op]; !ok {

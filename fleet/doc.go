@@ -65,4 +65,6 @@
 // <host> is the host's key as the breakers and the Tracker name it,
 // "https://api.example.com" by default; <resource> is the quota's resource
 // ("" for the whole host).
+//
+// A guide with examples is docs/fleet.md in the repository.
 package fleet

@@ -32,8 +32,9 @@ type IdempotencyOptions struct {
 	Prefix string
 
 	// MaxStoredBytes bounds one stored response, encoded (status, headers
-	// and body). A larger one is not stored: Complete releases the key and
-	// returns an error that wraps [idempotency.ErrTooLarge]. Zero or
+	// and body). A larger one is not stored: Complete keeps the lock and
+	// returns an error that wraps [idempotency.ErrTooLarge], and the
+	// handler then marks the key completed without it. Zero or
 	// negative means [DefaultMaxStoredBytes] (1 MiB + 64 KiB), enough for
 	// the largest body [idempotency.Handler] stores by default.
 	MaxStoredBytes int
@@ -50,11 +51,13 @@ type IdempotencyOptions struct {
 // once between them. Each method is one Lua script, so one round trip,
 // on the keys of one hash tag:
 //
-//	<prefix>:idem:{<key>}               hash: fp, tok (while in flight), resp (once completed)
+//	<prefix>:idem:{<key>}               hash: fp, tok (while in flight), resp (once completed; empty when not kept)
 //	<prefix>:idem:{<key>}:gone:<token>  string: a Begin that got no answer, for the lock TTL (none when <key> starts with '}')
 //
 // The key expires after the lock TTL while in flight, after the response
-// TTL once completed. A lock carries a random token, and Complete and
+// TTL once completed. A key completed without its response (a nil resp to
+// Complete) keeps an empty resp, so that Begin answers Completed with a
+// nil Response and the request is not run again. A lock carries a random token, and Complete and
 // Release act only while the key still holds the caller's token, so a
 // handler slower than the lock TTL cannot overwrite the response of the
 // request that took the key after it. A Begin that gets no answer in time
@@ -199,6 +202,9 @@ func (s *IdempotencyStore) Begin(ctx context.Context, key, fingerprint string, l
 	case "c":
 		fp, ok1 := str(vals, 1)
 		enc, ok2 := str(vals, 2)
+		if ok1 && ok2 && enc == "" {
+			return idempotency.BeginResult{State: idempotency.Completed, Fingerprint: fp}, nil
+		}
 		if ok1 && ok2 {
 			resp, err := decodeResponse(enc)
 			if err != nil {
@@ -238,13 +244,14 @@ func noRedis(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
 }
 
-// Complete implements [idempotency.Store].
+// Complete implements [idempotency.Store]. A nil resp is stored as an
+// empty one: the key is completed without its response.
 func (s *IdempotencyStore) Complete(ctx context.Context, key, token string, resp *idempotency.StoredResponse, ttl time.Duration) error {
-	enc := encodeResponse(resp)
+	var enc []byte
+	if resp != nil {
+		enc = encodeResponse(resp)
+	}
 	if len(enc) > s.maxBytes {
-		if err := s.Release(ctx, key, token); err != nil {
-			return err
-		}
 		return fmt.Errorf("fleet: response of %d bytes over the limit of %d: %w", len(enc), s.maxBytes, idempotency.ErrTooLarge)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -20,6 +20,20 @@ import (
 	"github.com/sturdyhttp/sturdy/idempotency"
 )
 
+// warmUp makes a first Begin of key succeed, trying again: the first call
+// dials and loads the script, and on a loaded machine (-race, other
+// builds) that may take longer than a test's short store Timeout.
+func warmUp(t *testing.T, s *fleet.IdempotencyStore, key string) {
+	t.Helper()
+	var err error
+	for range 50 {
+		if _, err = s.Begin(context.Background(), key, "fp", time.Minute); err == nil {
+			return
+		}
+	}
+	t.Fatal(err)
+}
+
 func storedResp(body string) *idempotency.StoredResponse {
 	return &idempotency.StoredResponse{
 		Status: 201,
@@ -145,9 +159,25 @@ func TestIdempotencyStoreTooLarge(t *testing.T) {
 		if !errors.Is(err, tt.wantErr) {
 			t.Errorf("Complete with a %d-byte body = %v, want %v", tt.body, err, tt.wantErr)
 		}
-		r, _ = s.Begin(ctx, key, "fp", time.Minute)
-		if want := map[bool]idempotency.State{true: idempotency.Completed, false: idempotency.Acquired}[tt.wantErr == nil]; r.State != want {
-			t.Errorf("after a %d-byte body, Begin = %v, want %v", tt.body, r.State, want)
+		if tt.wantErr == nil {
+			if r, _ := s.Begin(ctx, key, "fp", time.Minute); r.State != idempotency.Completed || r.Response == nil {
+				t.Errorf("after a %d-byte body, Begin = %v with %v, want completed with the response", tt.body, r.State, r.Response)
+			}
+			continue
+		}
+		// The lock stays, and the handler completes the key without
+		// the response: a retry is not run again.
+		if r, _ := s.Begin(ctx, key, "fp", time.Minute); r.State != idempotency.InFlight {
+			t.Errorf("after a %d-byte body, Begin = %v, want in flight (the lock stays)", tt.body, r.State)
+		}
+		if err := s.Complete(ctx, key, r.Token, nil, time.Hour); err != nil {
+			t.Fatalf("Complete without a response = %v, want nil", err)
+		}
+		if r, err := s.Begin(ctx, key, "fp", time.Minute); err != nil || r.State != idempotency.Completed || r.Response != nil || r.Fingerprint != "fp" {
+			t.Errorf("Begin after Complete without a response = %+v, %v; want completed, fingerprint fp, no response", r, err)
+		}
+		if err := s.Release(ctx, key, r.Token); !errors.Is(err, idempotency.ErrLockLost) {
+			t.Errorf("Release of a completed key = %v, want ErrLockLost", err)
 		}
 	}
 }
@@ -194,9 +224,7 @@ func TestIdempotencyStoreRedisDown(t *testing.T) {
 	srv := redisproc.StartT(t)
 	s := fleet.NewIdempotencyStore(newClient(t, srv), fleet.IdempotencyOptions{Timeout: 50 * time.Millisecond})
 	ctx := context.Background()
-	if _, err := s.Begin(ctx, "warm", "fp", time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	warmUp(t, s, "warm")
 	for _, step := range []struct {
 		name string
 		do   func()
@@ -321,9 +349,7 @@ func FuzzDecodeResponse(f *testing.F) {
 func TestIdempotencyBeginTimeoutLeavesNoLock(t *testing.T) {
 	redis := redisproc.StartT(t)
 	store := fleet.NewIdempotencyStore(newClient(t, redis), fleet.IdempotencyOptions{Timeout: 100 * time.Millisecond})
-	if _, err := store.Begin(context.Background(), "warm", "fp", time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	warmUp(t, store, "warm")
 	c := newClient(t, redis)
 	var runs atomic.Int32
 	h := idempotency.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -376,9 +402,7 @@ func TestIdempotencyBeginTimeoutLongPauseLeavesNoLock(t *testing.T) {
 	redis := redisproc.StartT(t)
 	store := fleet.NewIdempotencyStore(newClient(t, redis), fleet.IdempotencyOptions{Timeout: 100 * time.Millisecond})
 	for i := range 64 { // open each of rueidis's pipelines, so that the Begin is sent
-		if _, err := store.Begin(context.Background(), fmt.Sprint("warm-", i), "fp", time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		warmUp(t, store, fmt.Sprint("warm-", i))
 	}
 	c := newClient(t, redis)
 	var runs atomic.Int32

@@ -18,11 +18,18 @@
 //     quota headers of a chosen [Family]), [Payments] (an idempotent
 //     POST /charges as the IETF Idempotency-Key draft describes) and
 //     [Outage] (healthy, down, healthy again, counting load per time
-//     bucket).
+//     bucket; with a finite capacity, a retry storm keeps it down).
+//   - Streams: [SSE] sends server-sent events on a schedule, made from
+//     [AnthropicStart], [AnthropicText], [AnthropicError],
+//     [OpenAIChunks], [OpenAIErrorChunk] and [Keepalives];
+//     [AnthropicErrorAfterStart] and [KeepaliveStall] are the failures
+//     that come after a stream's headers.
 //
 // Everything here is a [net/http.Handler] or a [net/http.RoundTripper],
 // so it works alike on loopback with [net/http/httptest.NewServer], on a
 // [Network], and under a [HandlerTransport]. Waits use timers, never
 // busy loops, so inside a synctest bubble a 60 s outage takes
 // microseconds. The package imports only the standard library.
+//
+// A guide with examples is docs/testkit.md in the repository.
 package httptestutil

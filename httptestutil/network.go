@@ -115,7 +115,8 @@ type Server struct {
 	// only through [Network.Start]'s configure function.
 	Server *http.Server
 
-	done chan struct{}
+	done  chan struct{}
+	conns sync.WaitGroup // connections not yet closed or hijacked
 }
 
 // Serve starts an [http.Server] for h at addr ("host" or "host:port") and
@@ -133,6 +134,18 @@ func (n *Network) Start(addr string, srv *http.Server) *Server {
 		panic("httptestutil: " + err.Error())
 	}
 	s := &Server{URL: "http://" + l.Addr().String(), Server: srv, done: make(chan struct{})}
+	hook := srv.ConnState
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			s.conns.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			defer s.conns.Done()
+		}
+		if hook != nil {
+			hook(c, st)
+		}
+	}
 	go func() {
 		defer close(s.done)
 		srv.Serve(l)
@@ -141,10 +154,15 @@ func (n *Network) Start(addr string, srv *http.Server) *Server {
 }
 
 // Close closes the listener and every connection of the server, as
-// [httptest.Server.Close] does, and waits for the serving goroutine to end.
+// [httptest.Server.Close] does, and waits for the serving goroutine and
+// every connection's goroutine to end. (net/http may linger on a
+// connection it closes after a request it did not read whole; inside a
+// synctest bubble, a goroutine still sleeping there when the test ends
+// would fail it.)
 func (s *Server) Close() {
 	s.Server.Close()
 	<-s.done
+	s.conns.Wait()
 }
 
 type pipeListener struct {

@@ -3,6 +3,7 @@ package httptestutil
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -50,6 +51,20 @@ type OutageConfig struct {
 	// Handler answers while the server is healthy; nil means 200 with the
 	// body "ok\n".
 	Handler http.Handler
+
+	// Capacity, when positive, is how many requests a second the server
+	// can serve while it is up; beyond it, requests fail with 503. Zero
+	// or negative means no limit.
+	Capacity float64
+	// Burst is how much work, counted in requests, the server absorbs at
+	// once beyond Capacity. It is also the work it must do to warm up when
+	// the outage ends. Zero or negative means a tenth of a second of
+	// Capacity.
+	Burst float64
+	// OverloadCost is the share of a request's work that the server still
+	// spends on one it fails for overload. Zero means 0.5; negative means
+	// none.
+	OverloadCost float64
 }
 
 // OutageBucket is the load an [Outage] saw in one time bucket.
@@ -59,9 +74,12 @@ type OutageBucket struct {
 	// Requests is how many requests (and, for [OutageRefuse], refused
 	// dials) arrived in the bucket.
 	Requests int64
-	// Failed is how many of them the outage failed: answered 503, dropped
-	// or refused.
+	// Failed is how many of them the server failed: answered 503, dropped
+	// or refused, for the outage or for overload.
 	Failed int64
+	// Overloaded is how many of the failed ones the server failed while
+	// up, for lack of capacity.
+	Overloaded int64
 }
 
 // Outage is an [http.Handler] that emulates a server outage: healthy, then
@@ -70,8 +88,22 @@ type OutageBucket struct {
 // an outage and its recovery (a thundering herd at the end of the window,
 // or a well-behaved client's spread).
 //
-// Counting is a pair of atomic adds per request, cheap enough for
-// hundreds of concurrent clients. The emulator reads time.Now, so it runs
+// With [OutageConfig.Capacity] set, the server has finite capacity, and
+// what it spends on the requests it fails counts against it. Its capacity
+// is a budget of work, refilled at Capacity requests a second up to
+// Burst. A request served takes one unit. A request that finds less than
+// one unit left fails with 503 and still takes OverloadCost units (the
+// server read it, authenticated it, logged it and answered it), down to a
+// backlog of Burst units. The budget is full at the start. When the
+// outage ends the server comes back cold, with that backlog: Burst units
+// of work (filling caches, opening connections) before it serves
+// anything. So a load above Capacity / OverloadCost fails every request
+// for as long as it lasts, and a server that came back is kept down by
+// retries alone although it could serve every caller's first attempt:
+// the metastable state of a retry storm.
+//
+// Counting is a few atomic adds per request, cheap enough for hundreds
+// of concurrent clients. The emulator reads time.Now, so it runs
 // on virtual time in a synctest bubble. It is safe for concurrent use by
 // multiple goroutines.
 type Outage struct {
@@ -82,9 +114,18 @@ type Outage struct {
 	width      time.Duration
 	handler    http.Handler
 
-	requests []atomic.Int64
-	failed   []atomic.Int64
-	last     atomic.Int64 // highest bucket index used, -1 for none
+	requests   []atomic.Int64
+	failed     []atomic.Int64
+	overloaded []atomic.Int64
+	last       atomic.Int64 // highest bucket index used, -1 for none
+
+	capacity     float64 // work units a second; 0 for no limit
+	burst        float64 // the most work units in hand, and the deepest backlog
+	overloadCost float64 // work units a request failed for overload takes
+
+	mu     sync.Mutex
+	level  float64   // work units in hand; negative: a backlog
+	filled time.Time // when level was last brought up to date
 }
 
 // NewOutage returns an outage emulator whose clock starts at start:
@@ -119,7 +160,22 @@ func NewOutage(start time.Time, c OutageConfig) *Outage {
 	n := int(min(horizon/o.width+1, 1<<22)) // at most 4M buckets (64 MiB)
 	o.requests = make([]atomic.Int64, n)
 	o.failed = make([]atomic.Int64, n)
+	o.overloaded = make([]atomic.Int64, n)
 	o.last.Store(-1)
+	if c.Capacity > 0 {
+		o.capacity = c.Capacity
+		o.burst = c.Burst
+		if o.burst <= 0 {
+			o.burst = c.Capacity / 10
+		}
+		switch {
+		case c.OverloadCost == 0:
+			o.overloadCost = 0.5
+		case c.OverloadCost > 0:
+			o.overloadCost = c.OverloadCost
+		}
+		o.level, o.filled = o.burst, start
+	}
 	return o
 }
 
@@ -133,7 +189,14 @@ func (o *Outage) Down(t time.Time) bool {
 func (o *Outage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	down := o.Down(now)
-	o.count(now, down)
+	if !down && !o.admit(now) {
+		o.count(now, true, true)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("httptestutil: overloaded\n"))
+		return
+	}
+	o.count(now, down, false)
 	if !down {
 		o.handler.ServeHTTP(w, r)
 		return
@@ -161,15 +224,42 @@ func (o *Outage) Refusing() bool {
 	if !o.Down(now) {
 		return false
 	}
-	o.count(now, true)
+	o.count(now, true, false)
 	return true
 }
 
-func (o *Outage) count(now time.Time, failed bool) {
+// admit takes the work of a request that arrives at now, while the
+// server is up, from the budget, and reports whether there was enough to
+// serve it. Without a Capacity it admits everything.
+func (o *Outage) admit(now time.Time) bool {
+	if o.capacity <= 0 {
+		return true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if back := o.start.Add(o.to); o.to > o.from && o.filled.Before(back) && !now.Before(back) {
+		o.level, o.filled = -o.burst, back // back from the outage, cold
+	}
+	if elapsed := now.Sub(o.filled); elapsed > 0 {
+		o.level = min(o.burst, o.level+o.capacity*elapsed.Seconds())
+		o.filled = now
+	}
+	if o.level >= 1 {
+		o.level--
+		return true
+	}
+	o.level = max(-o.burst, o.level-o.overloadCost)
+	return false
+}
+
+func (o *Outage) count(now time.Time, failed, overloaded bool) {
 	i := o.index(now.Sub(o.start))
 	o.requests[i].Add(1)
 	if failed {
 		o.failed[i].Add(1)
+	}
+	if overloaded {
+		o.overloaded[i].Add(1)
 	}
 	for {
 		last := o.last.Load()
@@ -195,9 +285,10 @@ func (o *Outage) Buckets() []OutageBucket {
 	out := make([]OutageBucket, n)
 	for i := range out {
 		out[i] = OutageBucket{
-			Start:    time.Duration(i) * o.width,
-			Requests: o.requests[i].Load(),
-			Failed:   o.failed[i].Load(),
+			Start:      time.Duration(i) * o.width,
+			Requests:   o.requests[i].Load(),
+			Failed:     o.failed[i].Load(),
+			Overloaded: o.overloaded[i].Load(),
 		}
 	}
 	return out
@@ -211,6 +302,7 @@ func (o *Outage) Between(from, to time.Duration) OutageBucket {
 		if s := time.Duration(i) * o.width; s >= from && s < to {
 			sum.Requests += o.requests[i].Load()
 			sum.Failed += o.failed[i].Load()
+			sum.Overloaded += o.overloaded[i].Load()
 		}
 	}
 	return sum

@@ -172,8 +172,10 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 // its caller's deadline passed: 504 Gateway Timeout with an RFC 9457
 // problem body whose is_retriable is true, since nothing was done: a
 // client with time left may send it again, even one that may not resend a
-// POST on a bare 504 (sturdy's transport reads is_retriable).
+// POST on a bare 504 (sturdy's transport reads is_retriable). Written
+// inside a [Handler], it releases the request's key, as [NothingDone] does.
 func WriteDeadlineProblem(w http.ResponseWriter, detail string) {
+	nothingDoneFor(w)
 	b, _ := json.Marshal(struct {
 		problem
 		Retriable bool `json:"is_retriable"`

@@ -15,9 +15,13 @@
 // response is stored; a retry gets the stored response, byte for byte,
 // with "Idempotent-Replayed: true"; a retry that arrives while the first
 // still runs gets 409 Conflict with Retry-After; a key reused for a
-// different request gets 422. Responses live in a [Store]: [MemoryStore]
-// for one process, or a shared store (Redis, a database) that implements
-// the three-method interface, one round trip each.
+// different request gets 422. A key runs the handler at most once: every
+// outcome is kept, 5xx included, and a response too large to keep leaves
+// the key spent. A handler that did nothing says so with [NothingDone],
+// and only then is the key released for a retry. Responses live in a
+// [Store]: [MemoryStore] for one process, or a shared store (Redis, a
+// database) that implements the three-method interface, one round trip
+// each.
 //
 // A server can also see how long its caller will wait: [DeadlineHandler]
 // reads the caller's time left from the Request-Timeout header (which the
@@ -30,4 +34,6 @@
 // retried after a lost response charges twice unless the server
 // recognises the key. With both halves in place, every logical operation
 // has its side effect once, however many times the network fails.
+//
+// A guide with examples is docs/idempotency.md in the repository.
 package idempotency

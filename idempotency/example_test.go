@@ -65,6 +65,50 @@ func ExampleHandler() {
 	// charges booked: 2
 }
 
+// A handler that fails after its side effect has its answer kept: the
+// retry gets the 500 again, marked as a replay and as not worth retrying.
+// A handler that did nothing says so with NothingDone, and the retry runs
+// it again.
+func ExampleNothingDone() {
+	var booked, runs atomic.Int64
+	ledgerUp := false
+	charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		if r.URL.Query().Get("amount") == "" {
+			idempotency.NothingDone(r.Context()) // refused before acting
+			http.Error(w, "amount missing", http.StatusBadRequest)
+			return
+		}
+		n := booked.Add(1)
+		if !ledgerUp {
+			http.Error(w, "ledger timeout", http.StatusInternalServerError) // after the charge
+			return
+		}
+		fmt.Fprintf(w, "ch_%d", n)
+	})
+	h := idempotency.Handler(charge, idempotency.HandlerOptions{})
+	send := func(key, query string) {
+		r := httptest.NewRequest("POST", "/charges?"+query, nil)
+		r.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Printf("%s: %d replayed=%q Stripe-Should-Retry=%q\n", key, w.Code,
+			w.Header().Get(idempotency.ReplayedHeader), w.Header().Get("Stripe-Should-Retry"))
+	}
+	send("order-1", "amount=100")
+	ledgerUp = true
+	send("order-1", "amount=100") // the 500 is replayed: no second charge
+	send("order-2", "")
+	send("order-2", "") // nothing was done: runs again
+	fmt.Println("handler runs:", runs.Load(), "charges booked:", booked.Load())
+	// Output:
+	// order-1: 500 replayed="" Stripe-Should-Retry="false"
+	// order-1: 500 replayed="true" Stripe-Should-Retry="false"
+	// order-2: 400 replayed="" Stripe-Should-Retry=""
+	// order-2: 400 replayed="" Stripe-Should-Retry=""
+	// handler runs: 3 charges booked: 1
+}
+
 // Scope keeps each client's keys apart: the same key sent by two accounts
 // is two operations, and neither can read the other's response.
 func ExampleHandler_scope() {

@@ -13,6 +13,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -83,14 +84,15 @@ type HandlerOptions struct {
 	MaxRequestBody int64
 
 	// MaxResponseBytes is the largest response body stored, in bytes. A
-	// longer response is sent to the client as usual but not stored, and
-	// the key is released, so a retry runs the handler again.
-	// Zero means [DefaultMaxResponseBytes] (1 MiB).
+	// longer response is sent to the client as usual but not stored; the
+	// key stays spent, and a retry gets 422 of type [TypeNotKept] instead
+	// of a second run. Zero means [DefaultMaxResponseBytes] (1 MiB).
 	MaxResponseBytes int64
 
-	// Cacheable reports whether a response with this status is stored
-	// and replayed. Otherwise the key is released and a retry runs the
-	// handler again. Nil means [DefaultCacheable]: 2xx and most 4xx.
+	// Cacheable reports whether an outcome with this status is kept and
+	// replayed. When it reports false the key is released, as [NothingDone]
+	// does, and a retry runs the handler again. Nil means
+	// [DefaultCacheable]: every status but 429 Too Many Requests.
 	Cacheable func(status int) bool
 
 	// RetryAfter is the wait advised, in the Retry-After header, to a
@@ -99,9 +101,9 @@ type HandlerOptions struct {
 	RetryAfter time.Duration
 
 	// OnStoreError is called with the errors of Store calls. The request
-	// is answered 503 when Begin fails; errors of Complete and Release
-	// only mean that a retry may run the handler again. Nil means the
-	// errors go to Logger.
+	// is answered 503 when Begin fails. When Complete fails the key stays
+	// locked until LockTTL, and a retry after that runs the handler again.
+	// Nil means the errors go to Logger.
 	OnStoreError func(r *http.Request, err error)
 
 	// Logger, when OnStoreError is nil, logs the errors of Store calls at
@@ -112,18 +114,15 @@ type HandlerOptions struct {
 }
 
 // DefaultCacheable is the default of [HandlerOptions.Cacheable]. It keeps
-// the outcomes that a retry should see again: 2xx, and 4xx except those
-// that ask the client to come back later or with other credentials (401
-// Unauthorized, 403 Forbidden, 408 Request Timeout, 425 Too Early, 429 Too
-// Many Requests). 1xx, 3xx and 5xx are not kept: a 5xx means the handler
-// failed, and a retry should run it again.
+// every outcome but 429 Too Many Requests, 5xx included: a handler may
+// fail after its side effect, and a second run would repeat it. A 429
+// proves that the server did not act, so its key is released for a
+// retry after the wait it asks; keeping it would refuse the operation
+// for the whole TTL. A 503, even with Retry-After, is kept: it may come
+// after the side effect, and a handler that knows it did nothing says so
+// with [NothingDone].
 func DefaultCacheable(status int) bool {
-	switch status {
-	case http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestTimeout,
-		http.StatusTooEarly, http.StatusTooManyRequests:
-		return false
-	}
-	return status >= 200 && status < 300 || status >= 400 && status < 500
+	return status != http.StatusTooManyRequests
 }
 
 // Handler returns a handler that makes next idempotent per key, after the
@@ -148,11 +147,24 @@ func DefaultCacheable(status int) bool {
 //
 // Errors are RFC 9457 problem details (application/problem+json).
 //
-// Only outcomes worth replaying are stored (o.Cacheable, by default 2xx
-// and most 4xx). After a 5xx, a panic, a hijacked connection, or a body
-// over o.MaxResponseBytes, the key is released and the client's retry
-// runs next again. A response is stored even when the client went away
+// A key runs next at most once. Every outcome of a run is kept, 5xx
+// included, except in three cases. The handler called [NothingDone] (or
+// [WriteDeadlineProblem]); or it answered an error with
+// "Stripe-Should-Retry: true" or "X-Should-Retry: true", which claims the
+// same; or o.Cacheable refused the status (by default only 429). Then the
+// key is released and a retry runs next again.
+// A kept error response (4xx or 5xx) gets "Stripe-Should-Retry: false",
+// live and replayed, unless next set either header: a retry with the key
+// would only get it again, and clients that read the header (sturdy's,
+// Stripe's) stop. A response is stored even when the client went away
 // before it arrived: that is the case the client's retry is for.
+//
+// A run whose response cannot be kept leaves the key spent: a body over
+// o.MaxResponseBytes or over the store's limit, a hijacked connection, a
+// 101, a panic. A retry then gets 422 Unprocessable Content of type
+// [TypeNotKept], never a second run. The one exception is a server that
+// dies while next runs: its lock expires after o.LockTTL, and a retry
+// after that runs next again.
 //
 // Stored headers leave out hop-by-hop headers (Connection and those it
 // names, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade),
@@ -296,6 +308,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, http.StatusUnprocessableEntity, "idempotency: this "+h.header+" was already used for a different request", 0)
 			return
 		}
+		if res.Response == nil {
+			writeNotKept(w, "idempotency: the request with this "+h.header+" was processed once, and its response was not kept; it is not run again")
+			return
+		}
 		replay(w, res.Response)
 		return
 	case InFlight:
@@ -312,41 +328,83 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	r2 := new(http.Request)
-	*r2 = *r
+	st := &runState{}
+	r2 := r.WithContext(context.WithValue(r.Context(), runStateKey{}, st))
 	if body != nil {
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 	} else {
 		r2.Body = http.NoBody
 	}
-	rec := &recorder{w: w, limit: h.maxResp, sniffLen: -1}
+	rec := &recorder{w: w, limit: h.maxResp, sniffLen: -1, run: st, cacheable: h.cacheable}
 	ctx := context.WithoutCancel(r.Context())
 	finished := false
 	defer func() {
-		if !finished { // next panicked or called runtime.Goexit
+		if finished {
+			return
+		}
+		// next panicked or called runtime.Goexit: it may have acted, and
+		// left no response to keep.
+		if st.nothingDone.Load() {
 			h.release(ctx, r, key, res.Token)
+		} else {
+			h.complete(ctx, r, key, res.Token, nil)
 		}
 	}()
 	h.next.ServeHTTP(rec, r2)
 	finished = true
 
 	resp, ok := rec.result()
-	if !ok || !h.cacheable(resp.Status) {
+	switch {
+	case st.nothingDone.Load(), rec.released():
 		h.release(ctx, r, key, res.Token)
-		return
-	}
-	if err := h.store.Complete(ctx, key, res.Token, resp, h.ttl); err != nil {
-		h.onStoreErr(r, err)
-		if !errors.Is(err, ErrLockLost) {
-			// The store may still hold the lock; free it so that a
-			// retry need not wait for LockTTL. A store that already
-			// removed it answers ErrLockLost, which is expected here.
-			if err := h.store.Release(ctx, key, res.Token); err != nil && !errors.Is(err, ErrLockLost) {
-				h.onStoreErr(r, err)
-			}
-		}
+	case ok:
+		h.complete(ctx, r, key, res.Token, resp)
+	default: // a response that cannot be kept: the key is spent
+		h.complete(ctx, r, key, res.Token, nil)
 	}
 }
+
+// complete stores resp under key, or marks the key spent without a
+// response when resp is nil or the store will not keep resp. The lock is
+// never released here: a key whose Complete fails stays locked until
+// LockTTL, as if the server had died.
+func (h *handler) complete(ctx context.Context, r *http.Request, key, token string, resp *StoredResponse) {
+	err := h.store.Complete(ctx, key, token, resp, h.ttl)
+	if err != nil && resp != nil && !errors.Is(err, ErrLockLost) {
+		// Too large for the store, or the store is full: keep the key
+		// spent at least.
+		h.onStoreErr(r, err)
+		err = h.store.Complete(ctx, key, token, nil, h.ttl)
+	}
+	if err != nil {
+		h.onStoreErr(r, err)
+	}
+}
+
+// NothingDone tells the [Handler] running ctx's request that the request
+// had no side effect, so its key is released when the handler returns. A
+// retry with the key then runs the handler again. Call it when nothing was
+// done: validation failed, a dependency refused before acting, the
+// request was shed. Call it before writing the response, so that an error
+// response does not get "Stripe-Should-Retry: false". It reports whether a
+// Handler holds a key for the request; without one it does nothing.
+// It is safe to call from any goroutine, more than once.
+func NothingDone(ctx context.Context) bool {
+	st, _ := ctx.Value(runStateKey{}).(*runState)
+	if st == nil {
+		return false
+	}
+	st.nothingDone.Store(true)
+	return true
+}
+
+// runState is what next tells the Handler about its run, through the
+// request's context.
+type runState struct {
+	nothingDone atomic.Bool
+}
+
+type runStateKey struct{}
 
 func (h *handler) release(ctx context.Context, r *http.Request, key, token string) {
 	if err := h.store.Release(ctx, key, token); err != nil {
@@ -468,6 +526,17 @@ func replay(w http.ResponseWriter, resp *StoredResponse) {
 	w.Write(resp.Body)
 }
 
+// TypeNotKept is the RFC 9457 problem type of the 422 answered to a retry
+// whose key was spent by a run whose response was not kept.
+const TypeNotKept = "https://github.com/sturdyhttp/sturdy/blob/main/docs/idempotency.md#response-not-kept"
+
+// writeNotKept answers a retry whose key is spent without a stored
+// response: 422, which no client retries, and "Stripe-Should-Retry: false".
+func writeNotKept(w http.ResponseWriter, detail string) {
+	w.Header().Set(stripeShouldRetry, "false")
+	writeTypedProblem(w, http.StatusUnprocessableEntity, TypeNotKept, "Response not kept", detail, 0)
+}
+
 // problem is an RFC 9457 problem details object.
 type problem struct {
 	Type   string `json:"type"`
@@ -480,7 +549,11 @@ type problem struct {
 // title is therefore the status text, and a Retry-After header when
 // retryAfter is positive.
 func writeProblem(w http.ResponseWriter, status int, detail string, retryAfter time.Duration) {
-	b, _ := json.Marshal(problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+	writeTypedProblem(w, status, "about:blank", http.StatusText(status), detail, retryAfter)
+}
+
+func writeTypedProblem(w http.ResponseWriter, status int, typ, title, detail string, retryAfter time.Duration) {
+	b, _ := json.Marshal(problem{Type: typ, Title: title, Status: status, Detail: detail})
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))

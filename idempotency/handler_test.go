@@ -266,36 +266,53 @@ func TestHandlerInFlight(t *testing.T) {
 	}
 }
 
+// Every outcome of a run is kept and replayed, 5xx included, but a 429;
+// a kept error response says, live and replayed, that a retry cannot help.
 func TestHandlerCacheable(t *testing.T) {
 	only2xx := func(s int) bool { return s >= 200 && s < 300 }
 	tests := []struct {
 		status    int
+		header    []string // set by the handler, as key, value pairs
 		cacheable func(int) bool
 		wantRuns  int64
+		wantRetry string // Stripe-Should-Retry on both answers
 	}{
-		{200, nil, 1},
-		{201, nil, 1},
-		{204, nil, 1},
-		{400, nil, 1},
-		{404, nil, 1},
-		{409, nil, 1},
-		{422, nil, 1},
-		{302, nil, 2},
-		{401, nil, 2},
-		{403, nil, 2},
-		{408, nil, 2},
-		{425, nil, 2},
-		{429, nil, 2},
-		{500, nil, 2},
-		{502, nil, 2},
-		{503, nil, 2},
-		{400, only2xx, 2},
-		{201, only2xx, 1},
+		{200, nil, nil, 1, ""},
+		{201, nil, nil, 1, ""},
+		{204, nil, nil, 1, ""},
+		{302, nil, nil, 1, ""},
+		{303, nil, nil, 1, ""},
+		{400, nil, nil, 1, "false"},
+		{401, nil, nil, 1, "false"},
+		{403, nil, nil, 1, "false"},
+		{404, nil, nil, 1, "false"},
+		{408, nil, nil, 1, "false"},
+		{409, nil, nil, 1, "false"},
+		{422, nil, nil, 1, "false"},
+		{425, nil, nil, 1, "false"},
+		{500, nil, nil, 1, "false"},
+		{502, nil, nil, 1, "false"},
+		{503, nil, nil, 1, "false"},
+		{503, []string{"Retry-After", "5"}, nil, 1, "false"},
+		{504, nil, nil, 1, "false"},
+		{500, []string{"Stripe-Should-Retry", "false"}, nil, 1, "false"},
+		{500, []string{"X-Should-Retry", "false"}, nil, 1, ""},
+		{429, nil, nil, 2, ""},
+		{429, []string{"Retry-After", "1"}, nil, 2, ""},
+		{400, nil, only2xx, 2, ""},
+		{500, nil, only2xx, 2, ""},
+		{201, nil, only2xx, 1, ""},
 	}
 	for _, tt := range tests {
-		t.Run(strconv.Itoa(tt.status), func(t *testing.T) {
+		t.Run(fmt.Sprint(tt.status, tt.header), func(t *testing.T) {
 			c := &charges{status: tt.status}
-			h := Handler(c, HandlerOptions{Cacheable: tt.cacheable})
+			var next http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for i := 0; i < len(tt.header); i += 2 {
+					w.Header().Set(tt.header[i], tt.header[i+1])
+				}
+				c.ServeHTTP(w, r)
+			})
+			h := Handler(next, HandlerOptions{Cacheable: tt.cacheable})
 			first := serve(h, keyed("k", "x"))
 			second := serve(h, keyed("k", "x"))
 			if first.Code != tt.status || second.Code != tt.status {
@@ -307,43 +324,88 @@ func TestHandlerCacheable(t *testing.T) {
 			if replayed := second.Header().Get(ReplayedHeader) == "true"; replayed != (tt.wantRuns == 1) {
 				t.Errorf("second replayed = %v, want %v", replayed, tt.wantRuns == 1)
 			}
+			for i, w := range []*httptest.ResponseRecorder{first, second} {
+				if got := w.Header().Get("Stripe-Should-Retry"); got != tt.wantRetry {
+					t.Errorf("answer %d: Stripe-Should-Retry = %q, want %q", i+1, got, tt.wantRetry)
+				}
+			}
 		})
 	}
 }
 
-func TestHandlerPanicReleasesKey(t *testing.T) {
+// wantNotKept checks that w is the 422 answered to a retry of a key spent
+// without a stored response.
+func wantNotKept(t *testing.T, w *httptest.ResponseRecorder) {
+	t.Helper()
+	if w.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("status = %d, want 422 (body %s)", w.Code, w.Body)
+	}
+	var p struct {
+		Type, Title, Detail string
+		Status              int
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+		t.Fatalf("problem body %q: %v", w.Body, err)
+	}
+	if got, want := w.Header().Get("Content-Type"), "application/problem+json"; got != want {
+		t.Errorf("Content-Type = %q, want %q", got, want)
+	}
+	if p.Type != TypeNotKept || p.Status != 422 || !strings.Contains(p.Detail, "not kept") {
+		t.Errorf("problem = %+v, want type %s, status 422, a detail that says the response was not kept", p, TypeNotKept)
+	}
+	if got := w.Header().Get("Stripe-Should-Retry"); got != "false" {
+		t.Errorf("Stripe-Should-Retry = %q, want false", got)
+	}
+	if got := w.Header().Get(ReplayedHeader); got != "" {
+		t.Errorf("%s = %q, want none: nothing is replayed", ReplayedHeader, got)
+	}
+}
+
+// A run that panics may have acted: its key is spent, unless it said
+// first that it did nothing.
+func TestHandlerPanicSpendsKey(t *testing.T) {
 	for _, p := range []any{"boom", http.ErrAbortHandler} {
-		var runs atomic.Int64
-		h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if runs.Add(1) == 1 {
-				w.WriteHeader(200)
-				io.WriteString(w, "partial")
-				panic(p)
-			}
-			w.WriteHeader(201)
-		}), HandlerOptions{})
-		func() {
-			defer func() {
-				if got := recover(); got != p {
-					t.Errorf("recovered %v, want %v: the panic must reach net/http", got, p)
+		for _, nothingDone := range []bool{false, true} {
+			var runs atomic.Int64
+			h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if runs.Add(1) == 1 {
+					if nothingDone {
+						NothingDone(r.Context())
+					}
+					w.WriteHeader(200)
+					io.WriteString(w, "partial")
+					panic(p)
 				}
+				w.WriteHeader(201)
+			}), HandlerOptions{})
+			func() {
+				defer func() {
+					if got := recover(); got != p {
+						t.Errorf("recovered %v, want %v: the panic must reach net/http", got, p)
+					}
+				}()
+				serve(h, keyed("k", "x"))
 			}()
-			serve(h, keyed("k", "x"))
-		}()
-		if w := serve(h, keyed("k", "x")); w.Code != 201 {
-			t.Errorf("after a panic (%v): status %d, want 201 from a second run", p, w.Code)
-		}
-		if got := runs.Load(); got != 2 {
-			t.Errorf("handler runs = %d, want 2", got)
+			w := serve(h, keyed("k", "x"))
+			wantRuns := int64(1)
+			if nothingDone {
+				wantRuns = 2
+				if w.Code != 201 {
+					t.Errorf("after a panic (%v) with NothingDone: status %d, want 201 from a second run", p, w.Code)
+				}
+			} else {
+				wantNotKept(t, w)
+			}
+			if got := runs.Load(); got != wantRuns {
+				t.Errorf("panic %v, NothingDone %v: handler runs = %d, want %d", p, nothingDone, got, wantRuns)
+			}
 		}
 	}
 }
 
+// A response over MaxResponseBytes is sent, not stored, and not run again.
 func TestHandlerResponseLimit(t *testing.T) {
-	tests := []struct {
-		size     int
-		wantRuns int64
-	}{{10, 1}, {11, 2}}
+	tests := []struct{ size int }{{10}, {11}}
 	for _, tt := range tests {
 		var runs atomic.Int64
 		body := strings.Repeat("x", tt.size)
@@ -352,14 +414,130 @@ func TestHandlerResponseLimit(t *testing.T) {
 			io.WriteString(w, body[:3]) // in pieces
 			io.WriteString(w, body[3:])
 		}), HandlerOptions{MaxResponseBytes: 10})
-		for i := range 2 {
-			if w := serve(h, keyed("k", "x")); w.Body.String() != body {
-				t.Errorf("size %d, request %d: body %q, want %q", tt.size, i, w.Body, body)
+		if w := serve(h, keyed("k", "x")); w.Body.String() != body {
+			t.Errorf("size %d: body %q, want %q", tt.size, w.Body, body)
+		}
+		w := serve(h, keyed("k", "x"))
+		if tt.size <= 10 {
+			if w.Body.String() != body || w.Header().Get(ReplayedHeader) != "true" {
+				t.Errorf("size %d, retry: body %q replayed=%q, want %q replayed", tt.size, w.Body, w.Header().Get(ReplayedHeader), body)
 			}
+		} else {
+			wantNotKept(t, w)
 		}
-		if got := runs.Load(); got != tt.wantRuns {
-			t.Errorf("size %d: handler runs = %d, want %d", tt.size, got, tt.wantRuns)
+		if got := runs.Load(); got != 1 {
+			t.Errorf("size %d: handler runs = %d, want 1", tt.size, got)
 		}
+	}
+}
+
+// A response the store will not keep (over its own limit) spends the key
+// as one over MaxResponseBytes does.
+func TestHandlerStoreLimitSpendsKey(t *testing.T) {
+	var errs []error
+	c := &charges{}
+	h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, strings.Repeat("x", 8<<10))
+		c.runs.Add(1)
+	}), HandlerOptions{Store: NewMemoryStore(MemoryStoreOptions{MaxBytes: 4 << 10}),
+		OnStoreError: func(r *http.Request, err error) { errs = append(errs, err) }})
+	if w := serve(h, keyed("k", "x")); w.Code != 200 || w.Body.Len() != 8<<10 {
+		t.Errorf("first: %d with %d bytes, want 200 with 8192", w.Code, w.Body.Len())
+	}
+	wantNotKept(t, serve(h, keyed("k", "x")))
+	if got := c.runs.Load(); got != 1 {
+		t.Errorf("handler runs = %d, want 1", got)
+	}
+	if len(errs) != 1 || !errors.Is(errs[0], ErrTooLarge) {
+		t.Errorf("store errors = %v, want one ErrTooLarge", errs)
+	}
+}
+
+// unwrapper is a ResponseWriter of a middleware, which
+// http.ResponseController sees through.
+type unwrapper struct{ http.ResponseWriter }
+
+func (u *unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+// A handler says that it did nothing with NothingDone, or with a retry
+// directive of true on an error; only then is its key released.
+func TestHandlerNothingDone(t *testing.T) {
+	tests := []struct {
+		name      string
+		next      http.HandlerFunc
+		wantRuns  int64
+		wantRetry string // Stripe-Should-Retry of the first answer
+	}{
+		{"400 after NothingDone", func(w http.ResponseWriter, r *http.Request) {
+			NothingDone(r.Context())
+			http.Error(w, "amount missing", 400)
+		}, 2, ""},
+		{"503 after NothingDone", func(w http.ResponseWriter, r *http.Request) {
+			NothingDone(r.Context())
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "ledger refused", 503)
+		}, 2, ""},
+		{"201 after NothingDone", func(w http.ResponseWriter, r *http.Request) {
+			NothingDone(r.Context())
+			w.WriteHeader(201)
+		}, 2, ""},
+		{"NothingDone after a 500", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "ledger refused", 500)
+			NothingDone(r.Context())
+		}, 2, "false"},
+		{"NothingDone from another goroutine", func(w http.ResponseWriter, r *http.Request) {
+			done := make(chan struct{})
+			go func() { NothingDone(r.Context()); close(done) }()
+			<-done
+			w.WriteHeader(400)
+		}, 2, ""},
+		{"WriteDeadlineProblem", func(w http.ResponseWriter, r *http.Request) {
+			WriteDeadlineProblem(w, "the caller left")
+		}, 2, ""},
+		{"WriteDeadlineProblem through a wrapper", func(w http.ResponseWriter, r *http.Request) {
+			WriteDeadlineProblem(&unwrapper{w}, "the caller left")
+		}, 2, ""},
+		{"Stripe-Should-Retry: true", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Stripe-Should-Retry", "true")
+			w.WriteHeader(500)
+		}, 2, "true"},
+		{"X-Should-Retry: true", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Should-Retry", "True ")
+			w.WriteHeader(503)
+		}, 2, ""},
+		{"X-Should-Retry: true on a 2xx", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Should-Retry", "true")
+			w.WriteHeader(201)
+		}, 1, ""},
+		{"500 without a word", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(500)
+		}, 1, "false"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var runs atomic.Int64
+			h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				tt.next(w, r)
+			}), HandlerOptions{})
+			first := serve(h, keyed("k", "x"))
+			serve(h, keyed("k", "x"))
+			if got := runs.Load(); got != tt.wantRuns {
+				t.Errorf("handler runs = %d, want %d", got, tt.wantRuns)
+			}
+			if got := first.Header().Get("Stripe-Should-Retry"); got != tt.wantRetry {
+				t.Errorf("first answer: Stripe-Should-Retry = %q, want %q", got, tt.wantRetry)
+			}
+		})
+	}
+	if NothingDone(httptest.NewRequest("POST", "/", nil).Context()) {
+		t.Errorf("NothingDone outside a Handler = true, want false")
+	}
+	var got bool
+	h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = NothingDone(r.Context()) }), HandlerOptions{Optional: true})
+	serve(h, req{})
+	if got {
+		t.Errorf("NothingDone for a request without a key = true, want false")
 	}
 }
 
@@ -493,8 +671,10 @@ func TestHandlerStoreErrors(t *testing.T) {
 	}{
 		{"", 201, 1, "Begin Complete Begin", 0},
 		{"Begin", 503, 0, "Begin Begin", 2},
-		// The response was sent; the lock is released so a retry runs.
-		{"Complete", 201, 2, "Begin Complete Release Begin Complete Release", 2},
+		// The response was sent; the key is marked spent without it, and
+		// when that fails too, the lock stays until LockTTL: the retry
+		// is told the key is in flight, and does not run.
+		{"Complete", 201, 1, "Begin Complete Complete Begin", 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fail, func(t *testing.T) {
@@ -818,6 +998,7 @@ func TestHandlerNoWrite(t *testing.T) {
 	}
 }
 
+// A hijacked connection may have carried anything: its key is spent.
 func TestHandlerHijackNotStored(t *testing.T) {
 	n := httptestutil.NewNetwork()
 	var runs atomic.Int64
@@ -850,7 +1031,7 @@ func TestHandlerHijackNotStored(t *testing.T) {
 		resp.Body.Close()
 		statuses = append(statuses, strconv.Itoa(resp.StatusCode))
 	}
-	if got, want := strings.Join(statuses, " "), "error 201"; got != want {
+	if got, want := strings.Join(statuses, " "), "error 422"; got != want {
 		t.Errorf("answers = %q, want %q", got, want)
 	}
 }

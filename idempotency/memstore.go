@@ -114,8 +114,11 @@ func (s *MemoryStore) Begin(ctx context.Context, key, fingerprint string, lockTT
 	defer s.mu.Unlock()
 	if e := s.entries[key]; e != nil {
 		if now.Before(e.expires) {
-			if e.resp == nil {
+			switch e.resp {
+			case nil:
 				return BeginResult{State: InFlight, Fingerprint: e.fingerprint}, nil
+			case notKept:
+				return BeginResult{State: Completed, Fingerprint: e.fingerprint}, nil
 			}
 			return BeginResult{State: Completed, Fingerprint: e.fingerprint, Response: e.resp}, nil
 		}
@@ -137,9 +140,11 @@ func (s *MemoryStore) Begin(ctx context.Context, key, fingerprint string, lockTT
 	return BeginResult{State: Acquired, Token: token}, nil
 }
 
-// Complete implements [Store]. A response that does not fit in MaxBytes,
-// even after evicting every completed response, is not stored: the lock is
-// removed and the error wraps [ErrTooLarge] or [ErrStoreFull].
+// Complete implements [Store]. A nil resp marks the key completed without
+// a response. A response that does not fit in MaxBytes, even after evicting
+// every completed response, is not stored: the lock stays, and the error
+// is [ErrTooLarge] or [ErrStoreFull]. A nil resp always fits, since it
+// takes no more room than the lock.
 func (s *MemoryStore) Complete(ctx context.Context, key, token string, resp *StoredResponse, ttl time.Duration) error {
 	now := time.Now()
 	s.mu.Lock()
@@ -150,14 +155,18 @@ func (s *MemoryStore) Complete(ctx context.Context, key, token string, resp *Sto
 	}
 	size := int64(entryOverhead+len(key)+len(e.fingerprint)+len(token)) + resp.Size()
 	if size > s.maxBytes {
-		s.remove(e)
 		return ErrTooLarge
 	}
-	// Take e out while room is made, so that it is not counted twice nor
-	// considered for eviction.
-	s.remove(e)
-	if !s.makeRoom(now, 1, size) {
+	// The lock's own bytes are e's already; make room for the rest.
+	if !s.makeRoom(now, 0, size-e.size) {
 		return ErrStoreFull
+	}
+	if s.entries[key] != e { // the lock expired, and making room removed it
+		return ErrLockLost
+	}
+	s.remove(e)
+	if resp == nil {
+		resp = notKept
 	}
 	e.resp, e.expires, e.size = resp, now.Add(ttl), size
 	s.entries[key] = e
@@ -165,6 +174,9 @@ func (s *MemoryStore) Complete(ctx context.Context, key, token string, resp *Sto
 	s.done.pushBack(e)
 	return nil
 }
+
+// notKept is the response of an entry completed without one.
+var notKept = &StoredResponse{}
 
 // Release implements [Store].
 func (s *MemoryStore) Release(ctx context.Context, key, token string) error {

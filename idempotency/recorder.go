@@ -16,8 +16,10 @@ import (
 // It keeps http.Flusher and http.Hijacker working, and Unwrap lets
 // [http.ResponseController] reach the connection's other features.
 type recorder struct {
-	w     http.ResponseWriter
-	limit int64
+	w         http.ResponseWriter
+	limit     int64
+	run       *runState
+	cacheable func(status int) bool
 
 	status   int         // 0 until the header is written
 	header   http.Header // snapshot taken when the header was written
@@ -38,6 +40,10 @@ func (c *recorder) WriteHeader(code int) {
 			return
 		}
 		c.status = code
+		if code >= 400 && !c.run.nothingDone.Load() && c.cacheable(code) && !hasDirective(c.w.Header()) {
+			// Kept, so a retry gets this again: say that retrying is futile.
+			c.w.Header().Set(stripeShouldRetry, "false")
+		}
 		c.header = storedHeader(c.w.Header())
 		if n, err := strconv.ParseInt(c.w.Header().Get("Content-Length"), 10, 64); err == nil && n > 0 && n <= c.limit {
 			c.body = make([]byte, 0, n)
@@ -87,6 +93,66 @@ func (c *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // Unwrap returns the client's ResponseWriter, for [http.ResponseController].
 func (c *recorder) Unwrap() http.ResponseWriter { return c.w }
+
+// nothingDoneFor marks the run whose recorder is w, or is reached from w
+// through Unwrap, as having done nothing.
+func nothingDoneFor(w http.ResponseWriter) {
+	for w != nil {
+		if c, ok := w.(*recorder); ok {
+			c.run.nothingDone.Store(true)
+			return
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
+	}
+}
+
+// released reports whether the run's answer says that nothing was done:
+// a status that Cacheable refuses, or an error response with a retry
+// directive of true, which claims the server did not act. A hijacked
+// connection says nothing.
+func (c *recorder) released() bool {
+	if c.hijacked {
+		return false
+	}
+	status := c.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if !c.cacheable(status) {
+		return true
+	}
+	if status < 400 || c.header == nil {
+		return false
+	}
+	for _, name := range directiveHeaders {
+		if strings.EqualFold(strings.TrimSpace(c.header.Get(name)), "true") {
+			return true
+		}
+	}
+	return false
+}
+
+// stripeShouldRetry is the header in which a server tells the client
+// whether a retry can help, as Stripe does; OpenAI and Anthropic send
+// X-Should-Retry. Both are read by policy.DefaultClassifier.
+const stripeShouldRetry = "Stripe-Should-Retry"
+
+var directiveHeaders = [...]string{"X-Should-Retry", stripeShouldRetry}
+
+// hasDirective reports whether h carries a retry directive of the
+// handler's own.
+func hasDirective(h http.Header) bool {
+	for _, name := range directiveHeaders {
+		if h.Get(name) != "" {
+			return true
+		}
+	}
+	return false
+}
 
 // result returns the response to store, and false when there is none to
 // store: the connection was hijacked, the status is 101, or the body was

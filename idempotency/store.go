@@ -40,12 +40,16 @@ type Store interface {
 
 	// Complete stores resp under key for ttl, in place of the in-flight
 	// lock identified by token (from [BeginResult.Token]), together with
-	// the fingerprint given to Begin. When the key no longer holds that
-	// lock (it expired and another request took the key), Complete
-	// stores nothing and returns an error that wraps [ErrLockLost]. A
-	// store that will not keep resp (too large) removes the lock and
-	// returns an error that wraps [ErrTooLarge]. Complete must not
-	// modify resp and may keep it.
+	// the fingerprint given to Begin. A nil resp marks the key completed
+	// without a response: Begin then answers Completed with a nil
+	// Response, and the key is not run again until ttl passes. When the key
+	// no longer holds that lock (it expired and another request took the
+	// key), Complete stores nothing and returns an error that wraps
+	// [ErrLockLost]. A store that will not keep resp (too large, full)
+	// leaves the lock in place and returns an error, wrapping [ErrTooLarge]
+	// when resp is too large; [Handler] then completes the key with a nil
+	// resp, which a store must accept. Complete must not modify resp and
+	// may keep it.
 	Complete(ctx context.Context, key, token string, resp *StoredResponse, ttl time.Duration) error
 
 	// Release removes the in-flight lock identified by token, so that the
@@ -92,7 +96,8 @@ type BeginResult struct {
 	// Fingerprint is the fingerprint of the request that holds the key,
 	// when State is InFlight or Completed.
 	Fingerprint string
-	// Response is the stored response when State is Completed. It is
+	// Response is the stored response when State is Completed; nil when
+	// the key was completed without one (see [Store.Complete]). It is
 	// shared: callers must not modify it.
 	Response *StoredResponse
 }
@@ -139,7 +144,7 @@ var (
 	ErrLockLost = errors.New("idempotency: in-flight lock lost")
 
 	// ErrTooLarge is returned by [Store.Complete] when a response is too
-	// large to be stored. The key is released.
+	// large to be stored. The lock stays in place.
 	ErrTooLarge = errors.New("idempotency: response too large to store")
 
 	// ErrStoreFull is returned by [MemoryStore] when no room can be made

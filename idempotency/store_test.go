@@ -33,7 +33,11 @@ func check(t *testing.T, s *MemoryStore) {
 			if s.entries[e.key] != e {
 				t.Errorf("listed entry %q is not in the map", e.key)
 			}
-			want := int64(entryOverhead+len(e.key)+len(e.fingerprint)+len(e.token)) + e.resp.Size()
+			r := e.resp
+			if r == notKept { // shared, so counted for none
+				r = nil
+			}
+			want := int64(entryOverhead+len(e.key)+len(e.fingerprint)+len(e.token)) + r.Size()
 			if e.size != want {
 				t.Errorf("entry %q size = %d, want %d", e.key, e.size, want)
 			}
@@ -203,6 +207,35 @@ func TestMemoryStoreExpiredGoBeforeLive(t *testing.T) {
 	})
 }
 
+// A response that finds the store full of locks is not stored, and its
+// lock stays; completing the key without a response takes no more room
+// than the lock, so it always fits.
+func TestMemoryStoreFullKeepsLock(t *testing.T) {
+	s := NewMemoryStore(MemoryStoreOptions{MaxBytes: 2048})
+	var tokens []string
+	for i := 0; ; i++ {
+		r, err := s.Begin(testCtx, strconv.Itoa(i), "fp", time.Minute)
+		if err != nil {
+			break
+		}
+		tokens = append(tokens, r.Token)
+	}
+	err := s.Complete(testCtx, "0", tokens[0], resp("a response that does not fit"), time.Hour)
+	if !errors.Is(err, ErrStoreFull) {
+		t.Fatalf("Complete on a store full of locks = %v, want ErrStoreFull", err)
+	}
+	if r, _ := s.Begin(testCtx, "0", "fp", time.Minute); r.State != InFlight {
+		t.Errorf("key after ErrStoreFull: state %v, want in flight (the lock stays)", r.State)
+	}
+	if err := s.Complete(testCtx, "0", tokens[0], nil, time.Hour); err != nil {
+		t.Errorf("Complete without a response = %v, want nil", err)
+	}
+	if r, _ := s.Begin(testCtx, "0", "fp", time.Minute); r.State != Completed || r.Response != nil {
+		t.Errorf("Begin = %v, %v; want completed, no response", r.State, r.Response)
+	}
+	check(t, s)
+}
+
 func TestMemoryStoreNeverEvictsLocks(t *testing.T) {
 	s := NewMemoryStore(MemoryStoreOptions{MaxEntries: 2})
 	s.Begin(testCtx, "a", "fp", time.Minute)
@@ -227,8 +260,15 @@ func TestMemoryStoreTooLarge(t *testing.T) {
 	if !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("Complete of a response over MaxBytes = %v, want ErrTooLarge", err)
 	}
-	if r, _ := s.Begin(testCtx, "big", "fp", time.Minute); r.State != Acquired {
-		t.Errorf("key after ErrTooLarge: state %v, want acquired (released)", r.State)
+	if r, _ := s.Begin(testCtx, "big", "fp", time.Minute); r.State != InFlight {
+		t.Errorf("key after ErrTooLarge: state %v, want in flight (the lock stays)", r.State)
+	}
+	// The Handler then marks the key completed without its response.
+	if err := s.Complete(testCtx, "big", r.Token, nil, time.Hour); err != nil {
+		t.Fatalf("Complete without a response = %v, want nil", err)
+	}
+	if r, _ := s.Begin(testCtx, "big", "fp", time.Minute); r.State != Completed || r.Response != nil {
+		t.Errorf("key completed without a response: Begin = %v, %v; want completed, no response", r.State, r.Response)
 	}
 	if r, _ := s.Begin(testCtx, "small", "fp", time.Minute); r.State != Completed {
 		t.Errorf("other entry state = %v, want completed (not evicted for a response that cannot fit)", r.State)

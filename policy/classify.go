@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -35,6 +34,10 @@ type Outcome struct {
 	// watches for it (with net/http/httptrace) on requests that are not
 	// [SafeToResend].
 	NotConnected bool
+	// CallerEnded reports that the caller's own context had ended when
+	// the attempt did: it was canceled, or its deadline passed. Such an
+	// outcome says nothing of the host ([Judge]).
+	CallerEnded bool
 	// Now is the time the outcome was seen, for Retry-After dates.
 	Now time.Time
 }
@@ -92,6 +95,9 @@ type RetriableError interface {
 //   - An attempt that never made a connection (a failed dial, refused,
 //     a TLS handshake that failed or timed out: [Outcome].NotConnected)
 //     is retried, and the server did not act on it.
+//   - So is an outcome in which net/http proves that the server did not
+//     process the request ([NotProcessed]: a graceful GOAWAY, REFUSED_STREAM,
+//     an idle connection the server closed before the request was sent).
 //   - Other network errors, attempt timeouts included, are retried; the
 //     server may have acted.
 //   - A response below 400 is final: a success is never retried.
@@ -205,12 +211,15 @@ func classifyError(o Outcome) Decision {
 	if IsCallerError(o.Request, err) {
 		return Decision{Reason: "invalid request"}
 	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return Decision{Retry: true, DidNotAct: true, Reason: "dial error"}
+	if notConnected(&o) {
+		reason := "no connection"
+		if !o.NotConnected {
+			reason = "dial error"
+		}
+		return Decision{Retry: true, DidNotAct: true, Reason: reason}
 	}
-	if o.NotConnected {
-		return Decision{Retry: true, DidNotAct: true, Reason: "no connection"}
+	if row, ok := NotProcessed(err); ok {
+		return Decision{Retry: true, DidNotAct: true, Reason: "not processed: " + row.Name}
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return Decision{Retry: true, Reason: "attempt timeout"}

@@ -16,4 +16,6 @@
 // recommended default: 4 attempts, full-jitter backoff from 200ms capped
 // at 30s, server waits honoured up to 60s, bodies buffered up to 1 MiB for
 // replay.
+//
+// When a request is sent twice, and why: docs/idempotency.md and docs/design.md in the repository.
 package policy

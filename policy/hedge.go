@@ -132,3 +132,61 @@ func (h Hedge) ProblemLimit() int64 {
 func (h Hedge) KeyHeader() string {
 	return Retry{IdempotencyHeader: h.IdempotencyHeader}.WithDefaults().IdempotencyHeader
 }
+
+// HedgeState is what [Hedge.Next] knows when a copy's delay ends.
+type HedgeState struct {
+	// Sent is how many copies have been sent, the first included.
+	Sent int
+	// Answered reports that a copy has its response (or its error):
+	// no further copy is needed.
+	Answered bool
+	// Failed reports that a copy failed: trying again is Retry's job,
+	// with its backoff, not a hedge's.
+	Failed bool
+	// Done is the cause of the operation's context once it is done; nil
+	// while it lives.
+	Done error
+	// BodySent reports that the first copy has sent its whole body, so
+	// that the body kept as it went can be sent again.
+	BodySent bool
+	// Now is when the delay ended.
+	Now time.Time
+	// Refused, when set, tells whether a layer beneath would refuse a
+	// copy sent at the time at (an open or half-open breaker).
+	Refused func(at time.Time) error
+	// Budget, when set, takes one retry from the host's budget and reports
+	// whether there was one. Next calls it last.
+	Budget func() bool
+}
+
+// HedgeStep is the decision of [Hedge.Next] when a copy's delay ends.
+type HedgeStep int8
+
+// The steps of [Hedge.Next].
+const (
+	// HedgeStop: no copy now, and none later.
+	HedgeStop HedgeStep = iota
+	// HedgeLater: no copy now; look again after another delay.
+	HedgeLater
+	// HedgeSend: send a copy now.
+	HedgeSend
+)
+
+// Next decides whether a copy is sent when a delay ends. In order: no
+// copy once one has answered or failed, the operation is done, or
+// MaxHedges copies beyond the first have been sent; none yet while the
+// first copy still sends its body; none when a layer beneath would
+// refuse it unsent; and last, none when the budget is spent.
+func (h Hedge) Next(s HedgeState) HedgeStep {
+	switch {
+	case s.Answered || s.Failed || s.Done != nil || s.Sent > h.Hedges():
+		return HedgeStop
+	case !s.BodySent:
+		return HedgeLater
+	case s.Refused != nil && s.Refused(s.Now) != nil:
+		return HedgeStop
+	case s.Budget != nil && !s.Budget():
+		return HedgeStop
+	}
+	return HedgeSend
+}

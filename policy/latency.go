@@ -35,7 +35,9 @@ const (
 // Latencies keeps, per host, a small histogram of recent latencies and
 // answers with a quantile of them (the 95th percentile by default): the
 // adaptive delay of a hedged request, which is sent when its first copy
-// has taken longer than most requests to that host.
+// has taken longer than most requests to that host. For a stream that
+// package transport hands back at its first content event, the latency
+// learned is its time to first event, which is what its hedges are timed to.
 //
 // Each host's sketch is a pair of fixed histograms of 105 log-linear
 // buckets (25% wide, 1 µs to 134 s, and one above): samples go to the current one, and

@@ -43,6 +43,15 @@ const (
 	ReasonRefused Reason = "next attempt refused"
 	// ReasonBudgetSpent: the host's retry budget has no retry left.
 	ReasonBudgetSpent Reason = "retry budget spent"
+	// ReasonCircuitOpen: an open circuit breaker refused the request
+	// unsent.
+	ReasonCircuitOpen Reason = "circuit open"
+	// ReasonRateLimited: a spent quota or a host paused by its server
+	// refused the request unsent.
+	ReasonRateLimited Reason = "rate limited"
+	// ReasonThrottled: the client's adaptive throttle shed the request
+	// unsent.
+	ReasonThrottled Reason = "throttled"
 )
 
 // State is what [Retry.Next] knows after an attempt.

@@ -130,6 +130,11 @@ type RetryEvent struct {
 	Reason  string        // why the previous attempt is retried
 	Status  int           // the previous attempt's status, 0 when it ended in an error
 	Err     error         // the previous attempt's error, nil when it got a response
+
+	// RetryAfter is the wait the server asked for (Retry-After,
+	// retry-after-ms), or the classifier in its place; 0 when neither
+	// asked. Wait is the longer of it and the backoff.
+	RetryAfter time.Duration
 }
 
 // WithDefaults returns p with each zero field set to its documented

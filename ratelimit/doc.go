@@ -31,4 +31,6 @@
 //
 // This package imports only the standard library, golang.org/x/time/rate
 // and the module's internal packages.
+//
+// A guide with examples is docs/rate-limits.md in the repository.
 package ratelimit

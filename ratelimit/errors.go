@@ -91,3 +91,7 @@ func roundWait(d time.Duration) time.Duration {
 	}
 	return d.Round(time.Millisecond)
 }
+
+// RefusedBy returns "rate limited": the request was refused unsent (see
+// policy.Refusal in package policy).
+func (e *QuotaError) RefusedBy() string { return "rate limited" }

@@ -45,6 +45,7 @@ type bound struct {
 	readMax int64         // boundHeaders: read bodies up to this many bytes in the attempt (0: not unless asked per request)
 	dlErr   *DeadlineError
 	idleErr *DeadlineError
+	stack   stack // what the layers beneath learn of each other, when no layer above carries a stack
 }
 
 func newBound(next http.RoundTripper, mode boundMode, d, idle time.Duration, name string, readMax int64) *bound {
@@ -53,6 +54,9 @@ func newBound(next http.RoundTripper, mode boundMode, d, idle time.Duration, nam
 	if b.idle > 0 {
 		b.tick = max(b.idle/8, time.Millisecond)
 		b.idleErr = &DeadlineError{Bound: boundIdle, Limit: b.idle}
+		if mode == boundOperation {
+			b.stack.idleCut.Store(b.idleErr)
+		}
 	}
 	return b
 }
@@ -100,6 +104,11 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	op := &boundOp{}
 	c := &op.ctx
 	c.start(parent, t, now)
+	if s := stackOf(parent); s == nil {
+		c.ownsStack = true // the layers beneath meet in t.stack
+	} else if t.mode == boundOperation {
+		join(&s.idleCut, t.idleErr)
+	}
 	op.req = *req.WithContext(c)
 	resp, err := t.next.RoundTrip(&op.req)
 	if err != nil || resp == nil {

@@ -56,9 +56,11 @@ type boundCtx struct {
 
 	mu        sync.Mutex
 	watched   bool // Done or AfterFunc was called: the timer runs
+	ownsStack bool // the layers beneath meet in b.stack: no layer above carries a stack
 	dlArmed   bool
 	idleArmed bool
-	nextID    uint32
+	ahead     uint8         // streams beneath read ahead to their first event, holding the deadline (see holdDeadline)
+	nextID    uint16        // a context registers a few functions: 65,536 before an ID comes back
 	seen      uint32        // activity at the last tick, its low 32 bits
 	done      chan struct{} // made by Done; read without mu once state has doneMade
 	timer     *time.Timer
@@ -93,7 +95,7 @@ func (c *boundCtx) up() *boundCtx {
 }
 
 type afterEntry struct {
-	id uint32
+	id uint16
 	f  func()
 }
 
@@ -312,6 +314,10 @@ func (c *boundCtx) watch() {
 
 func (c *boundCtx) Value(key any) any {
 	switch key {
+	case stackKey{}:
+		if c.ownsStack {
+			return &c.b.stack
+		}
 	case boundCtxKey{}:
 		return c
 	case cancelCtxKey:

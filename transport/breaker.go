@@ -147,14 +147,27 @@ func (b *Breakers) key(req *http.Request) (hosts.Key, bool) {
 
 // judge returns what an outcome says about the host.
 func (b *Breakers) judge(req *http.Request, resp *http.Response, err error) policy.HostVerdict {
-	v := policy.JudgeHost(req, resp, err, err != nil && callerEnded(req.Context()))
-	if v != policy.HostIgnored && b.c.isFailure != nil {
+	v := judge(req, resp, err)
+	switch {
+	case v.Host == policy.HostIgnored:
+		return v.Host
+	case b.c.isFailure != nil:
 		if b.c.isFailure(resp, err) {
 			return policy.HostFailing
 		}
 		return policy.HostHealthy
+	case v.Overloaded && throttledAbove(req.Context()):
+		return policy.HostHealthy // a Throttle above sheds an overloaded server's load, where a breaker would refuse it all
 	}
-	return v
+	return v.Host
+}
+
+// judge returns [policy.Judge]'s verdict on an attempt of req.
+func judge(req *http.Request, resp *http.Response, err error) policy.Verdict {
+	if err == nil && resp != nil {
+		return policy.JudgeStatus(resp.StatusCode) // builds no Outcome
+	}
+	return policy.Judge(policy.Outcome{Request: req, Response: resp, Err: err, CallerEnded: err != nil && callerEnded(req.Context())})
 }
 
 // callerEnded reports whether ctx ended for a reason of the caller's: it
@@ -170,9 +183,8 @@ func callerEnded(ctx context.Context) bool {
 }
 
 type breakerTransport struct {
-	b       *Breakers
-	next    http.RoundTripper
-	checked bool // a Retry above checks every body (New): no need to here
+	b    *Breakers
+	next http.RoundTripper
 }
 
 // CloseIdleConnections forwards to the next RoundTripper.
@@ -180,12 +192,16 @@ func (t *breakerTransport) CloseIdleConnections() { closeIdle(t.next) }
 
 // RoundTrip sends req through its host's breaker.
 func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !t.checked {
-		var err error
-		if req, err = checkCaller(req, false); err != nil {
-			return nil, err // the caller's error counts neither way
-		}
+	op := stackOf(req.Context())
+	// Checked here even beneath a Retry, which checks its attempts'
+	// bodies: a request may reach this layer by a way that passes no
+	// Retry (a router above it), and a body checked already costs one
+	// type assertion.
+	req, err := checkCaller(req, false)
+	if err != nil {
+		return nil, err // the caller's error counts neither way
 	}
+	op.joinBreakers(t.b) // Retry and Hedge above ask it before they wait
 	var e *circuit
 	if t.b.c.key == nil && req.URL != nil {
 		e = t.b.slot.GetURL(req.URL)
@@ -210,11 +226,7 @@ func (t *breakerTransport) circuitRoundTrip(req *http.Request, e *circuit) (*htt
 		// counted.
 		seq := e.failSeq.Load()
 		resp, err := t.next.RoundTrip(req)
-		v := t.b.judge(req, resp, err)
-		e.record(gen, v, seq)
-		if v == policy.HostFailing {
-			tellRefusal(req, e)
-		}
+		e.record(gen, t.b.judge(req, resp, err), seq)
 		return resp, err
 	}
 	return t.guarded(req, e)
@@ -258,9 +270,6 @@ func (t *breakerTransport) guarded(req *http.Request, e *circuit) (*http.Respons
 	if !sent {
 		return nil, refuse(req, e.refusal(e.since(), errors.Is(verdict, gobreaker.ErrTooManyRequests)))
 	}
-	if BreakerState(e.state.Load()) == BreakerOpen {
-		tellRefusal(req, e)
-	}
 	return resp, err
 }
 
@@ -271,16 +280,4 @@ func refuse(req *http.Request, err *CircuitOpenError) error {
 		req.Body.Close()
 	}
 	return err
-}
-
-// tellRefusal tells the [Retry] above, when e is open, that the next
-// attempt of req's operation will be refused until its open period ends.
-func tellRefusal(req *http.Request, e *circuit) {
-	rec := opRecordOf(req.Context())
-	if rec == nil {
-		return
-	}
-	if now := e.since(); e.open(now) {
-		rec.refuse(e.refusal(now, false), e.epoch.Add(time.Duration(e.openUntil.Load())))
-	}
 }

@@ -3,6 +3,8 @@ package transport
 import (
 	"errors"
 	"time"
+
+	"github.com/sturdyhttp/sturdy/policy"
 )
 
 // ErrCircuitOpen is matched by errors.Is for every request that a
@@ -41,3 +43,7 @@ func (e *CircuitOpenError) Is(target error) bool { return target == ErrCircuitOp
 // Retriable returns false: the policy package's DefaultClassifier obeys it,
 // so [Retry] does not retry a request refused by an open circuit.
 func (e *CircuitOpenError) Retriable() bool { return false }
+
+// RefusedBy returns "circuit open": the request was refused unsent (see
+// [policy.Refusal]).
+func (e *CircuitOpenError) RefusedBy() string { return string(policy.ReasonCircuitOpen) }

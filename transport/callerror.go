@@ -55,10 +55,10 @@ func checkBody(r *http.Request, own bool) (*http.Request, error) {
 }
 
 // checkCaller is checkBody for the layers that count an outcome against
-// its host (Breaker, RateLimitTracker, Throttle) when no Retry above them
-// checks every attempt's body first, and for Hedge's copies: a request
-// that cannot be sent as written fails here, its body closed, and one
-// whose body may still turn out wrong is sent with that body checked.
+// its host (Breaker, RateLimitTracker, Throttle), and for Hedge's
+// copies: a request that cannot be sent as written fails here, its body
+// closed, and one whose body may still turn out wrong is sent with that
+// body checked.
 func checkCaller(req *http.Request, own bool) (*http.Request, error) {
 	r, err := checkBody(req, own)
 	if err != nil {

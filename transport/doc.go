@@ -7,8 +7,8 @@
 //	client := &http.Client{Transport: transport.New(transport.Options{})}
 //
 // Each layer is also a [Middleware] of its own, to compose with [Chain]:
-// [IdempotencyKey], [Deadline], [Retry], [Hedge], [RateLimitAware] and
-// [Breaker].
+// [IdempotencyKey], [Deadline], [Retry], [Hedge], [RateLimitAware],
+// [Breaker] and [FirstEvent].
 // Every RoundTripper of the package is safe for concurrent use, never
 // modifies the caller's request, and forwards CloseIdleConnections to its
 // base so that [http.Client.CloseIdleConnections] works through the stack.
@@ -18,7 +18,7 @@
 // New stacks, outermost first:
 //
 //	IdempotencyKey, Deadline(Timeout), Retry, [Hedge], [Throttle], RateLimitAware, Breaker,
-//	Deadline(AttemptTimeout), [PropagateDeadline], base
+//	FirstEvent, Deadline(AttemptTimeout), [PropagateDeadline], base
 //
 // Hedge, Throttle and PropagateDeadline are there only when Options.Hedge,
 // Options.Throttle and Options.PropagateDeadline turn them on.
@@ -65,6 +65,11 @@
 //     quota does not occupy a half-open probe slot, and inside Retry so
 //     that each attempt counts: an open breaker fails fast with
 //     [ErrCircuitOpen], which Retry does not retry.
+//   - FirstEvent (off with a negative Options.FirstEventTimeout) hands a
+//     stream back at its first content event; an error event, an end or a
+//     stall before it is a failed attempt. It is beneath Breaker, so that
+//     the breaker judges the status an error event stands for, and beneath
+//     Hedge, so that a stream's hedge is timed to its first event.
 //   - Deadline(AttemptTimeout) is innermost so that one hung attempt is
 //     cut off, counts as a failure for the breaker, and leaves budget for
 //     a retry. It ends at the response headers: a body is never cut by
@@ -82,4 +87,6 @@
 // Hooks ([Hooks], [SlogHooks]) observe attempts, retries, give-ups,
 // breaker changes and rate-limit waits; [AttemptFromContext] tells a
 // transport beneath Retry which attempt it is sending.
+//
+// Guides in the repository: docs/design.md (why this order), docs/deadlines.md, docs/observability.md.
 package transport

@@ -157,3 +157,56 @@ func mustRead(resp *http.Response) []byte {
 	resp.Body.Close()
 	return b
 }
+
+// When retries end on a status, the response comes back with a nil
+// error, as a RoundTripper must; OperationOf says how the operation went.
+func ExampleOperationOf() {
+	api := httptestutil.Script(httptestutil.Status(http.StatusServiceUnavailable, "down").Times(3))
+	client := &http.Client{Transport: transport.New(transport.Options{
+		Base:  httptestutil.NewHandlerTransport(api),
+		Retry: policy.Retry{MaxAttempts: 3, Backoff: policy.Exponential(time.Millisecond, time.Millisecond)},
+	})}
+	resp, err := client.Get("http://api.example.com/v1/things")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp.Body.Close()
+	op, _ := transport.OperationOf(resp)
+	fmt.Println(resp.StatusCode, op.Attempts, op.Reason)
+	// Output: 503 3 attempts used
+}
+
+// Layers are New's layers, for a Chain: here with a RoundTripper of the
+// caller's own between every two of them, as otelhttp or oauth2 would
+// stand, the stack keeps New's promises. The open breaker is asked
+// before Retry waits, so nothing waits only to be refused.
+func ExampleLayers() {
+	o := transport.Options{
+		Base:    httptestutil.NewHandlerTransport(httptestutil.Script(httptestutil.Status(http.StatusServiceUnavailable, "down"))),
+		Retry:   policy.Retry{Backoff: policy.Exponential(time.Second, time.Second)},
+		Breaker: transport.BreakerSettings{ConsecutiveFailures: 1, Cooldown: time.Minute},
+	}
+	tagger := func(next http.RoundTripper) http.RoundTripper {
+		return transport.Func(func(r *http.Request) (*http.Response, error) {
+			r = r.Clone(r.Context())
+			r.Header.Set("X-Team", "payments")
+			return next.RoundTrip(r)
+		})
+	}
+	var mws []transport.Middleware
+	for _, mw := range transport.Layers(o) {
+		mws = append(mws, mw, tagger)
+	}
+	client := &http.Client{Transport: transport.Chain(o.Base, mws...)}
+	start := time.Now()
+	resp, err := client.Get("http://api.example.com/v1/things")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp.Body.Close()
+	op, _ := transport.OperationOf(resp)
+	fmt.Println(resp.StatusCode, op.Reason, time.Since(start) < time.Minute)
+	// Output: 503 next attempt refused true
+}

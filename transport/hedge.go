@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -17,7 +16,9 @@ import (
 // [Retry] uses: [policy.SafeToResend]) has no response headers after a
 // delay, another copy is sent, up to h.MaxHedges (1 by default) more. The
 // delay is h.Delay, or, when it is zero, the 95th percentile of the
-// host's recent latencies (see [policy.Latencies]).
+// host's recent latencies (see [policy.Latencies]). A stream beneath a
+// [FirstEvent] layer (as in [New]) answers at its first content event, so
+// its hedges, and the latencies learned, are timed to that event.
 //
 //   - The first acceptable response wins: a response that h.Classify (the
 //     retry classifier) would retry, or an error, does not win while
@@ -46,23 +47,22 @@ import (
 // copy is a request the server counts and the breaker judges (in [New],
 // a hedge is sent only while its host's breaker is closed; a copy that a
 // breaker beneath refuses unsent never replaces another copy's outcome).
-// A Retry just above that shares h.Budget counts the operations; the
-// Hedge then counts only its hedges.
+// With a nil h.Budget, hedges draw on the budget of a [Retry] above,
+// when it has one; a Retry above that shares h.Budget counts the
+// operations, and the Hedge then counts only its hedges.
 func Hedge(h policy.Hedge) Middleware {
-	mw, _ := hedgeMiddleware(h, budgetOf(h.Budget), true)
-	return mw
+	return hedgeMiddleware(h, budgetOf(h.Budget))
 }
 
-// hedgeMiddleware is Hedge drawing on budget; countOps says whether it
-// counts operations in it itself, which [New] leaves to the Retry above
-// it. New tunes the config it returns once the layers beneath exist.
-func hedgeMiddleware(h policy.Hedge, budget retryBudget, countOps bool) (Middleware, *hedgeConfig) {
+// hedgeMiddleware is Hedge drawing on budget when no Retry above shares
+// its own.
+func hedgeMiddleware(h policy.Hedge, budget retryBudget) Middleware {
 	c := &hedgeConfig{
+		policy:     h,
 		fixed:      h.Delay,
 		floor:      h.DelayFloor(),
 		hedges:     h.Hedges(),
 		budget:     budget,
-		countOps:   countOps,
 		classify:   h.Classifier(),
 		defaultCls: h.Classify == nil,
 		bufLimit:   h.BufferLimit(),
@@ -78,16 +78,14 @@ func hedgeMiddleware(h policy.Hedge, budget retryBudget, countOps bool) (Middlew
 			t.lat = &policy.Latencies{Quantile: h.Quantile}
 		}
 		return t
-	}, c
+	}
 }
 
 type hedgeConfig struct {
+	policy       policy.Hedge // decides when a copy is sent
 	fixed, floor time.Duration
 	hedges       int
 	budget       retryBudget
-	countOps     bool
-	refuses      func(*http.Request, time.Time) error // set by New: asks its breakers
-	idleCut      *DeadlineError                       // set by New: IdleTimeout's cut, for the failed bodies it reads
 	classify     policy.Classifier
 	defaultCls   bool
 	bufLimit     int64
@@ -102,13 +100,32 @@ type hedger struct {
 	next http.RoundTripper
 	c    *hedgeConfig
 	lat  *policy.Latencies // nil with a fixed delay
-	// opsCounted is set when the Retry just above draws on the same
-	// budget: it counts the operations, and each of its attempts through
-	// here is not one more.
-	opsCounted bool
+	own  stack             // the stack beneath, when no layer above carries one
+}
+
+// out returns a copy's outcome to the layer above: a stream judged a
+// failed attempt is restored unless a Retry above (found through the
+// operation's stack, whatever stands between) may still try again.
+func (t *hedger) out(req *http.Request, resp *http.Response, err error) (*http.Response, error) {
+	if err != nil || resp == nil || resp.StatusCode < 400 || stackOf(req.Context()).retryConfig() != nil {
+		return resp, err
+	}
+	return restoreStreamErr(resp, err)
 }
 
 func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
+
+type hedgeCopyKey struct{}
+
+// HedgeCopyFromContext returns which copy of a hedged request a request
+// is, as set by [Hedge] on each copy's context: 1 for the first copy, 2
+// for the first hedge, and so on; 0 for a request that no hedge race
+// sent. RoundTrippers beneath Hedge, such as a tracing transport, can
+// use it; a copy's attempt is [AttemptFromContext].
+func HedgeCopyFromContext(ctx context.Context) int {
+	n, _ := ctx.Value(hedgeCopyKey{}).(int)
+	return n
+}
 
 // hedgeCopy is one copy of a hedged request.
 type hedgeCopy struct {
@@ -126,6 +143,7 @@ type hedgeCopy struct {
 // drain is bounded by discardWait.
 type detachable struct {
 	context.Context
+	copy     int // the copy's number, for HedgeCopyFromContext
 	mu       sync.Mutex
 	stop     func() bool // context.WithCancel asks once
 	detached bool
@@ -136,6 +154,15 @@ type detachable struct {
 var neverDone = make(chan struct{})
 
 func (d *detachable) Done() <-chan struct{} { return neverDone }
+
+// Value answers HedgeCopyFromContext with the copy's number, and asks the
+// parent for any other key.
+func (d *detachable) Value(key any) any {
+	if key == (hedgeCopyKey{}) {
+		return d.copy
+	}
+	return d.Context.Value(key)
+}
 
 // AfterFunc calls f when the parent ends, unless d is detached first.
 func (d *detachable) AfterFunc(f func()) (stop func() bool) {
@@ -172,14 +199,20 @@ type hedgeResult struct {
 func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := t.c
 	if req.URL == nil || c.hedges == 0 {
-		return t.next.RoundTrip(req)
+		resp, err := t.next.RoundTrip(req)
+		return t.out(req, resp, err)
 	}
 	start := time.Now()
-	if c.countOps && !t.opsCounted && c.budget != nil {
-		c.budget.request(req.URL, clockOf(start))
+	op, req := withStack(req, &t.own)
+	budget := c.budget
+	if rc := op.retryConfig(); rc != nil && rc.budget != nil && (budget == nil || budget == rc.budget) {
+		budget = rc.budget // the Retry above counted the operation in it
+	} else if budget != nil {
+		budget.request(req.URL, clockOf(start))
 	}
 	if !policy.SafeToResend(req, c.keyHeader) {
-		return t.next.RoundTrip(req)
+		resp, err := t.next.RoundTrip(req)
+		return t.out(req, resp, err)
 	}
 	var key string // the latency sketch's key, with an adaptive delay
 	delay := c.fixed
@@ -191,7 +224,7 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 			if err == nil {
 				t.lat.Observe(key, time.Since(start))
 			}
-			return resp, err
+			return t.out(req, resp, err)
 		}
 		delay = max(d, c.floor)
 	}
@@ -202,16 +235,19 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 	defer body.finish() // the caller's body is closed once no copy reads it
 	if !body.replayable() {
 		if body.first != nil {
-			return t.next.RoundTrip(body.firstRequest(req))
+			resp, err := t.next.RoundTrip(body.firstRequest(req))
+			return t.out(req, resp, err)
 		}
-		return t.next.RoundTrip(req)
+		resp, err := t.next.RoundTrip(req)
+		return t.out(req, resp, err)
 	}
-	return t.race(req, key, &body, start, delay)
+	resp, err := t.race(op, budget, req, key, &body, start, delay)
+	return t.out(req, resp, err)
 }
 
 // race sends the first copy, then a hedge every delay while none has
 // answered, and returns the winner.
-func (t *hedger) race(req *http.Request, key string, body *replay, start time.Time, delay time.Duration) (*http.Response, error) {
+func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key string, body *replay, start time.Time, delay time.Duration) (*http.Response, error) {
 	c := t.c
 	ctx := req.Context()
 	// Room for the copies a race usually sends, not for all that
@@ -228,18 +264,20 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 	// send starts a copy of req with its own context, so that it can be
 	// canceled alone, and the given body.
 	send := func(b io.ReadCloser) {
+		i := len(copies)
 		parent := (*detachable)(nil) // nil: ctx never ends, and nothing need be detached
-		pctx := ctx
+		var pctx context.Context
 		if ctx.Done() != nil {
-			parent = &detachable{Context: ctx}
+			parent = &detachable{Context: ctx, copy: i + 1} // it carries the copy's number too
 			pctx = parent
+		} else {
+			pctx = context.WithValue(ctx, hedgeCopyKey{}, i+1)
 		}
 		cctx, cancel := context.WithCancel(pctx)
 		r := req.WithContext(cctx)
 		if !body.none {
 			r.Body, r.GetBody = b, body.get
 		}
-		i := len(copies)
 		copies = append(copies, hedgeCopy{cancel: cancel, parent: parent})
 		go t.send(req, r, i, &answered, results)
 	}
@@ -262,36 +300,44 @@ func (t *hedger) race(req *http.Request, key string, body *replay, start time.Ti
 	for win == nil {
 		select {
 		case <-timer.C:
-			if failed || answered.Load() || len(copies) > c.hedges || ctx.Err() != nil {
-				continue
+			now := time.Now()
+			s := policy.HedgeState{
+				Sent:     len(copies),
+				Answered: answered.Load(),
+				Failed:   failed,
+				Done:     ctx.Err(),
+				// A body kept as the first copy sends it would stream
+				// twice at once, and may yet prove too long to keep.
+				BodySent: body.complete(),
+				Now:      now,
+				Refused:  func(at time.Time) error { return op.hedgeRefusedAt(req, at) },
 			}
-			if !body.complete() {
-				// The first copy is still sending a body that is kept as
-				// it goes: a hedge now would stream it twice at once, and
-				// the body may yet prove longer than can be kept. Look
-				// again after another delay.
+			// Next decides twice: without the budget first, so that the
+			// body is had only for a copy that may be sent; then with
+			// it, last, so that a copy whose body cannot be had takes
+			// nothing from it.
+			switch t.c.policy.Next(s) {
+			case policy.HedgeLater:
 				timer.Reset(delay)
 				continue
-			}
-			now := time.Now()
-			// No hedge, now or later, when the copy would be refused
-			// unsent (an open breaker) or the budget is spent.
-			if refusedBeneath(c.refuses, req, now) != nil {
+			case policy.HedgeStop:
 				continue
 			}
 			var b io.ReadCloser
 			if !body.none {
 				var gerr error
 				if b, gerr = body.get(); gerr != nil {
-					continue
+					continue // no copy can be made: none now or later
 				}
 			}
-			// The budget last: a copy that cannot be sent takes nothing.
-			if c.budget != nil && !c.budget.retry(req.URL, clockOf(now)) {
-				if b != nil {
-					b.Close()
+			if budget != nil {
+				s.Budget = func() bool { return budget.retry(req.URL, clockOf(now)) }
+				if t.c.policy.Next(s) != policy.HedgeSend {
+					if b != nil {
+						b.Close()
+					}
+					continue
 				}
-				continue
 			}
 			send(b)
 			running++
@@ -379,7 +425,7 @@ func (t *hedger) acceptable(req *http.Request, r *hedgeResult) bool {
 	}
 	var problem *policy.Problem
 	if r.resp.StatusCode >= 400 {
-		problem = readProblem(r.resp, t.c.probLimit, t.c.idleCut)
+		problem = readProblem(r.resp, t.c.probLimit, stackOf(req.Context()).cut())
 	}
 	return !t.c.classify(policy.Outcome{
 		Request:  req,
@@ -408,9 +454,10 @@ func (t *hedger) hold(copies []hedgeCopy, held *hedgeResult, r hedgeResult) *hed
 }
 
 // refusedUnsent reports whether err is a layer's refusal of a copy it
-// never sent: an open (or half-open) breaker, the throttle.
+// never sent ([policy.Refusal]): it says nothing of the host.
 func refusedUnsent(err error) bool {
-	return errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrThrottled)
+	_, refused := policy.RefusedBy(err)
+	return refused
 }
 
 // discard drains and closes a copy's response, then releases its

@@ -1143,3 +1143,130 @@ func TestNewHedgeNotIntoFleetHalfOpen(t *testing.T) {
 		}
 	})
 }
+
+// TestHedgeCopyFromContext: every copy of a hedged race carries its
+// number in its context, and a request no race sent carries none.
+func TestHedgeCopyFromContext(t *testing.T) {
+	tests := []struct {
+		name     string
+		hedge    bool
+		deadline bool  // the caller's context can end
+		want     []int // the copies the base saw, in the order sent
+	}{
+		{name: "hedged", hedge: true, want: []int{1, 2}},
+		{name: "hedged, with a deadline", hedge: true, deadline: true, want: []int{1, 2}},
+		{name: "not hedged", want: []int{0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var (
+					mu   sync.Mutex
+					seen []int
+				)
+				base := Func(func(req *http.Request) (*http.Response, error) {
+					n := HedgeCopyFromContext(req.Context())
+					mu.Lock()
+					seen = append(seen, n)
+					mu.Unlock()
+					if n == 1 { // the first copy is slow: the hedge wins
+						select {
+						case <-time.After(10 * time.Second):
+						case <-req.Context().Done():
+							return nil, req.Context().Err()
+						}
+					}
+					return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+				})
+				mws := []Middleware{Retry(policy.Retry{MaxAttempts: 1})}
+				if tt.hedge {
+					mws = append(mws, Hedge(policy.Hedge{Delay: 50 * time.Millisecond}))
+				}
+				c := &http.Client{Transport: Chain(base, mws...)}
+				ctx := context.Background()
+				if tt.deadline {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, time.Minute)
+					defer cancel()
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://api.test/item", nil)
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				synctest.Wait()
+				mu.Lock()
+				defer mu.Unlock()
+				if len(seen) != len(tt.want) {
+					t.Fatalf("copies seen %v, want %v", seen, tt.want)
+				}
+				for i := range seen {
+					if seen[i] != tt.want[i] {
+						t.Errorf("copies seen %v, want %v", seen, tt.want)
+						break
+					}
+				}
+			})
+		})
+	}
+}
+
+// GetBody is called only for a copy that may be sent: not when a delay
+// ends after a copy failed (no hedge follows a failure). With MaxHedges
+// 2, the first copy fails after the first hedge went: one hedge, one
+// GetBody call. (The budget is asked last, so that a copy whose body
+// cannot be had takes none: GetBody may be called for a copy the budget
+// then refuses.)
+func TestHedgeGetBodyOnlyForCopiesSent(t *testing.T) {
+	tests := []struct {
+		name   string
+		budget *policy.Budget
+		first  int // the first copy's status, after 1.5s
+		copies int // copies the server gets
+		gets   int64
+	}{
+		{"a copy failed before the next delay ended", nil, 503, 2, 1},
+		{"a copy failed, with a budget", &policy.Budget{}, 503, 2, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var n atomic.Int64
+				base := httptestutil.NewHandlerTransport(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					io.Copy(io.Discard, r.Body)
+					if n.Add(1) == 1 {
+						time.Sleep(1500 * time.Millisecond)
+						w.WriteHeader(tc.first)
+						return
+					}
+					select { // a hedge answers late, or is canceled
+					case <-r.Context().Done():
+					case <-time.After(5 * time.Second):
+					}
+					io.WriteString(w, "ok")
+				}))
+				rt := Chain(base, Hedge(policy.Hedge{Delay: time.Second, MaxHedges: 2, Budget: tc.budget}))
+				var gets atomic.Int64
+				req, _ := http.NewRequest("GET", "http://api.test/", strings.NewReader("body"))
+				req.GetBody = func() (io.ReadCloser, error) {
+					gets.Add(1)
+					return io.NopCloser(strings.NewReader("body")), nil
+				}
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				synctest.Wait()
+				if got, want := n.Load(), int64(tc.copies); got != want {
+					t.Errorf("copies the server got = %d, want %d", got, want)
+				}
+				if got, want := gets.Load(), tc.gets; got != want {
+					t.Errorf("GetBody calls = %d, want %d (one per hedge sent)", got, want)
+				}
+			})
+		})
+	}
+}

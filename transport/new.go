@@ -14,27 +14,14 @@ import (
 
 // Defaults of [Options].
 const (
-	// DefaultTimeout bounds getting a response, and reading a body that
-	// is not a stream, when Timeout is zero. Ten minutes is what the
-	// providers' SDKs give a non-streamed completion: anthropic-sdk-go
-	// waits 10 minutes for response headers (defaultResponseHeaderTimeout)
-	// and refuses a non-streamed request it expects to take longer
-	// (CalculateNonStreamingTimeout), and OpenAI's and Anthropic's Python
-	// SDKs time out after 600 s. openai-go sets no limit at all.
+	// DefaultTimeout bounds getting a response when Timeout is zero: what
+	// the providers' SDKs give a completion (see docs/design.md).
 	DefaultTimeout = 10 * time.Minute
-	// DefaultAttemptTimeout is zero: no attempt is cut before Timeout.
-	// A completion's headers may legitimately take minutes (the SDKs
-	// above allow 10), so no shorter per-attempt limit is safe for every
-	// API; set AttemptTimeout for an API whose answers are quick, so that
-	// a hung attempt is retried inside Timeout.
+	// DefaultAttemptTimeout is zero: no attempt is cut before Timeout,
+	// since a completion's headers may take minutes.
 	DefaultAttemptTimeout = 0
-	// DefaultIdleTimeout is how long a response body may go without
-	// delivering a byte when IdleTimeout is zero. Ten minutes is the
-	// read timeout that OpenAI's and Anthropic's Python SDKs apply to
-	// every read of a stream (httpx, 600 s), so no stream those SDKs
-	// accept is cut: reasoning models may think for minutes before their
-	// first token, and Anthropic's pings only say the connection lives.
-	// The Go SDKs apply none, so a stalled stream hangs them forever.
+	// DefaultIdleTimeout is the longest a body may go without a byte when
+	// IdleTimeout is zero: the providers' Python SDKs' read timeout.
 	DefaultIdleTimeout = 10 * time.Minute
 	// DefaultMaxIdleConnsPerHost is how many idle connections per host the
 	// default base keeps.
@@ -78,12 +65,9 @@ const LayerIdleTimeout Layer = 1 << 7
 // every default below.
 type Options struct {
 	// Base is the transport that sends each attempt. Nil means a new
-	// cleanhttp.DefaultPooledTransport() (keep-alives on, no shared global
-	// state) that keeps up to [DefaultMaxIdleConnsPerHost] idle
-	// connections per host instead of cleanhttp's GOMAXPROCS+1, so that
-	// many goroutines calling one API reuse connections rather than dial
-	// again and again, and accepts at most
-	// [DefaultMaxResponseHeaderBytes] of response headers.
+	// cleanhttp.DefaultPooledTransport() that keeps up to
+	// [DefaultMaxIdleConnsPerHost] idle connections per host and accepts
+	// at most [DefaultMaxResponseHeaderBytes] of response headers.
 	Base http.RoundTripper
 
 	// Timeout bounds an operation until its final response's headers
@@ -100,17 +84,11 @@ type Options struct {
 	// limit ([DefaultAttemptTimeout]).
 	AttemptTimeout time.Duration
 
-	// IdleTimeout is the longest a response body may go without
-	// delivering a byte: a Read blocked for this long fails with a
-	// [*DeadlineError] and the connection is closed. A stream
-	// (text/event-stream, NDJSON and JSON Lines, JSON text sequences,
-	// gRPC and Connect streams, AWS event streams) is bounded by nothing
-	// else: it is read for as long as it makes progress and the caller's
-	// context allows. A 101 Switching Protocols connection is neither
-	// bounded nor cut. The cut comes within IdleTimeout/8 after the limit.
-	// The bodies of failed attempts, which Retry and Hedge read (to parse
-	// a problem, or to drain them before trying again), are cut the same
-	// way, at the limit; the next attempt then goes ahead.
+	// IdleTimeout is the longest a response body may go without a byte:
+	// a Read blocked this long fails with a [*DeadlineError], and the
+	// connection is closed. A stream (SSE, NDJSON, gRPC and the like) is
+	// bounded by nothing else: it is read while it makes progress. The
+	// failed bodies that Retry and Hedge read are cut the same way.
 	// Zero means [DefaultIdleTimeout] (10 minutes); negative means none.
 	IdleTimeout time.Duration
 
@@ -157,27 +135,17 @@ type Options struct {
 	// caller keyed itself carry a key.
 	Idempotency idempotency.Options
 
-	// Hedge, when set, adds a [Hedge] layer beneath Retry: a request
-	// safe to send twice that has no response headers after a delay (by
-	// default the host's 95th percentile of recent latencies) is sent
-	// again, and the first acceptable response wins. Unless Hedge.Budget
-	// is set, hedges draw on the Retry layer's budget, so that retries and
-	// hedges together stay within one bound per host; an empty
-	// IdempotencyHeader and a nil Classify follow Retry's. Nil means no
-	// hedging: it costs the server extra requests, which is the caller's
-	// choice to make.
+	// Hedge, when set, adds a [Hedge] layer beneath Retry: a slow request
+	// that is safe to send twice is sent again, and the first acceptable
+	// response wins. Hedges draw on Retry's budget unless Hedge.Budget is
+	// set; an empty IdempotencyHeader and a nil Classify follow Retry's.
+	// Nil means no hedging.
 	Hedge *policy.Hedge
 
 	// Throttle, when set, adds a [Throttle] layer beneath Retry and Hedge:
-	// when a host rejects or fails more than half of what it is sent
-	// (with the default K of 2), requests to it are shed locally, unsent,
-	// with a [*ThrottleError]. Share one [policy.Throttle] between stacks
-	// that talk to the same hosts. With a Throttle, the breaker leaves
-	// the answers of an overloaded server (503, 529) to it, unless
-	// Breaker.IsFailure is set: the throttle sheds what the server cannot
-	// take and lets the rest through, where a breaker would refuse
-	// everything; errors, timeouts and other 5xx still open the breaker.
-	// Nil means no throttling.
+	// when a host fails more than half of what it is sent, requests to it
+	// are shed locally, unsent, with a [*ThrottleError]. The breaker then
+	// leaves an overloaded server's 503 and 529 to it. Nil means none.
 	Throttle *policy.Throttle
 
 	// Disable switches layers off: Disable: LayerBreaker|LayerRateLimit.
@@ -190,6 +158,18 @@ type Options struct {
 	// behind [idempotency.DeadlineHandler] refuses a request that arrives
 	// after its caller gave up. False (the default) sends nothing.
 	PropagateDeadline bool
+
+	// FirstEventTimeout bounds a stream (server-sent events, NDJSON) from
+	// its headers to its first content event; past it the attempt fails
+	// and may be tried again. Streams are handed back at that event (see
+	// [FirstEvent]). Timeout does not bound this wait, so that a model may
+	// think past it. Zero means no limit beyond IdleTimeout; negative
+	// hands streams back at their headers.
+	FirstEventTimeout time.Duration
+
+	// Stream says which events open a stream without committing it; its
+	// zero value uses [policy.DefaultStreamPreambles].
+	Stream policy.Stream
 
 	// Hooks observe what the stack does. They are added to any hooks set
 	// in Retry, Breaker and RateLimit, which still run.
@@ -227,6 +207,10 @@ type Hooks struct {
 	OnCopyCanceled func(policy.HedgeEvent)
 	// OnThrottle is called when a [Throttle] rejects a request locally.
 	OnThrottle func(ThrottleEvent)
+	// OnStreamCommit is called when a stream's read ahead ends: at its
+	// first content event, or on an error event, an end or a stall
+	// before it (see Options.FirstEventTimeout).
+	OnStreamCommit func(StreamEvent)
 }
 
 // New returns the recommended stack, outermost first:
@@ -234,8 +218,11 @@ type Hooks struct {
 //	IdempotencyKey, Deadline(Timeout), Retry, RateLimitAware, Breaker, Deadline(AttemptTimeout), base
 //
 // with [Hedge] then [Throttle] between Retry and RateLimitAware when
-// Options.Hedge and Options.Throttle set them, and [PropagateDeadline]
-// just above base when Options.PropagateDeadline is set.
+// Options.Hedge and Options.Throttle set them, [FirstEvent] between
+// Breaker and Deadline(AttemptTimeout) unless Options.FirstEventTimeout is
+// negative, and [PropagateDeadline] just above base when
+// Options.PropagateDeadline is set. It is Chain(base, Layers(o)...): see
+// [Layers].
 //
 // The two deadline layers are shaped for what is read (see
 // Options.Timeout, AttemptTimeout and IdleTimeout): unlike a [Deadline]
@@ -256,6 +243,16 @@ func New(o Options) http.RoundTripper {
 		t.MaxResponseHeaderBytes = DefaultMaxResponseHeaderBytes
 		base = t
 	}
+	return Chain(base, Layers(o)...)
+}
+
+// Layers returns the layers of [New], outermost first, for [Chain]: a
+// stack built from them, with any RoundTripper of the caller's between
+// two of them, behaves as New does. The layers share per-host state
+// (breakers, quotas, budgets) in one table, made here; they learn of
+// each other per operation, through the request's context, never by
+// reference.
+func Layers(o Options) []Middleware {
 	on := func(l Layer) bool { return o.Disable&l == 0 }
 	h := o.Hooks
 	reg := hosts.New(hosts.Options{MaxHosts: o.RateLimit.MaxHosts}) // every layer's per-host state
@@ -278,15 +275,15 @@ func New(o Options) http.RoundTripper {
 		idle = 0
 	}
 	if timeout > 0 || idle > 0 {
-		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
-			return newBound(next, boundOperation, timeout, idle, boundTimeout, 0)
-		})
+		mws = append(mws, boundMiddleware(boundOperation, timeout, idle, boundTimeout, 0))
 	}
-	var idleCut *DeadlineError // for the failed bodies that Retry and Hedge read beneath the Timeout layer
-	if idle > 0 {
-		idleCut = &DeadlineError{Bound: boundIdle, Limit: idle}
+	var budget retryBudget // the stack's one retry budget, shared by Retry and Hedge
+	switch {
+	case o.Retry.Budget != nil:
+		budget = budgetOf(o.Retry.Budget)
+	case !o.DisableRetryBudget:
+		budget = newSharedBudget(&policy.Budget{}, reg)
 	}
-	var retry *retryConfig // tuned below, once the layers beneath exist
 	if on(LayerRetry) {
 		p := o.Retry
 		if p.IdempotencyHeader == "" {
@@ -295,50 +292,41 @@ func New(o Options) http.RoundTripper {
 		p.OnAttempt = both(p.OnAttempt, h.OnAttempt)
 		p.OnRetry = both(p.OnRetry, h.OnRetry)
 		p.OnGiveUp = both(p.OnGiveUp, h.OnGiveUp)
-		mw := Retry(p)
-		retry = mw(nil).(*retrier).c
-		retry.idleCut = idleCut
-		if p.Budget == nil && !o.DisableRetryBudget {
-			retry.budget = newSharedBudget(&policy.Budget{}, reg)
-		}
-		mws = append(mws, func(next http.RoundTripper) http.RoundTripper { return &retrier{next: orDefault(next), c: retry} })
+		mws = append(mws, retryMiddleware(p, budget))
 	}
-	var hedge *hedgeConfig // tuned below, once the layers beneath exist
 	if o.Hedge != nil {
-		var mw Middleware
-		mw, hedge = newHedge(*o.Hedge, o, retry, reg)
-		hedge.idleCut = idleCut
-		mws = append(mws, mw)
+		p := *o.Hedge
+		b := budget // Retry's, unless the caller gave the hedges their own
+		if p.Budget != nil && p.Budget != o.Retry.Budget {
+			b = budgetOf(p.Budget)
+		}
+		if p.IdempotencyHeader == "" {
+			p.IdempotencyHeader = o.Retry.IdempotencyHeader // Retry's, as documented
+		}
+		if p.IdempotencyHeader == "" {
+			p.IdempotencyHeader = o.Idempotency.HeaderName()
+		}
+		if p.Classify == nil {
+			p.Classify = o.Retry.Classify
+		}
+		p.OnHedge = both(p.OnHedge, h.OnHedge)
+		p.OnHedgeWon = both(p.OnHedgeWon, h.OnHedgeWon)
+		p.OnCopyCanceled = both(p.OnCopyCanceled, h.OnCopyCanceled)
+		mws = append(mws, hedgeMiddleware(p, b))
 	}
 	if o.Throttle != nil {
-		mw := throttleMiddleware(o.Throttle, h.OnThrottle)
-		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
-			t := mw(next).(*throttler)
-			t.checked = retry != nil
-			return t
-		})
+		mws = append(mws, throttleMiddleware(o.Throttle, h.OnThrottle))
 	}
 	if on(LayerRateLimit) {
 		r := o.RateLimit
 		r.OnWait = both(r.OnWait, h.OnRateLimitWait)
 		r.OnReject = both(r.OnReject, h.OnRateLimitReject)
-		t := ratelimit.NewTrackerOn(r, reg) // its quotas beside the breakers
-		if retry != nil {
-			retry.refuses = t.RefusedAt // no wait only to be refused by a quota
-		}
-		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
-			l := newRateLimiter(next, t)
-			l.checked = retry != nil
-			return l
-		})
+		mws = append(mws, RateLimitTracker(ratelimit.NewTrackerOn(r, reg))) // its quotas beside the breakers
 	}
 	if on(LayerBreaker) {
 		b := o.Breakers
 		if b == nil {
 			s := o.Breaker
-			if o.Throttle != nil && s.IsFailure == nil {
-				s.IsFailure = throttledIsFailure
-			}
 			if f, g := s.OnStateChange, h.OnBreakerStateChange; g != nil {
 				s.OnStateChange = g
 				if f != nil {
@@ -347,72 +335,30 @@ func New(o Options) http.RoundTripper {
 			}
 			b = newBreakers(s, reg)
 		}
-		if retry != nil {
-			retry.refuses = eitherRefuses(b.refusedAt, retry.refuses) // no wait only to be refused by a breaker
-		}
-		if hedge != nil {
-			hedge.refuses = b.hedgeRefusedAt // no copy only to be refused
-		}
-		mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
-			return &breakerTransport{b: b, next: orDefault(next), checked: retry != nil}
-		})
+		mws = append(mws, b.Middleware())
 	}
 	attempt := o.AttemptTimeout
 	if !on(LayerAttemptTimeout) {
 		attempt = 0
 	}
+	if mw := firstEventMiddleware(o.FirstEventTimeout, idle, o.Stream, on(LayerRetry) || o.Hedge != nil, h.OnStreamCommit); mw != nil {
+		mws = append(mws, mw) // streams commit at their first event
+	}
 	// The attempt bound stays in place with no AttemptTimeout, so that
 	// WithReadBody works on any stack; with neither, it passes requests
 	// through.
-	mws = append(mws, func(next http.RoundTripper) http.RoundTripper {
-		return newBound(next, boundHeaders, attempt, idle, boundAttempt, o.ReadBody)
-	})
+	mws = append(mws, boundMiddleware(boundHeaders, attempt, idle, boundAttempt, o.ReadBody))
 	if o.PropagateDeadline {
 		mws = append(mws, PropagateDeadline(""))
 	}
-	return Chain(base, mws...)
+	return mws
 }
 
-// newHedge is the Hedge layer of New: it shares Retry's budget (which
-// counts the operations), key header and classifier unless told otherwise.
-func newHedge(p policy.Hedge, o Options, retry *retryConfig, reg *hosts.Registry) (Middleware, *hedgeConfig) {
-	var budget retryBudget
-	countOps := true
-	switch {
-	case p.Budget == nil && retry != nil && retry.budget != nil:
-		budget, countOps = retry.budget, false
-	case p.Budget == nil && !o.DisableRetryBudget:
-		budget = newSharedBudget(&policy.Budget{}, reg)
-	case p.Budget != nil && p.Budget == o.Retry.Budget && retry != nil:
-		budget, countOps = retry.budget, false
-	default:
-		budget = budgetOf(p.Budget)
-	}
-	if p.IdempotencyHeader == "" {
-		p.IdempotencyHeader = o.Retry.IdempotencyHeader // Retry's, as documented
-	}
-	if p.IdempotencyHeader == "" {
-		p.IdempotencyHeader = o.Idempotency.HeaderName()
-	}
-	if p.Classify == nil {
-		p.Classify = o.Retry.Classify
-	}
-	p.OnHedge = both(p.OnHedge, o.Hooks.OnHedge)
-	p.OnHedgeWon = both(p.OnHedgeWon, o.Hooks.OnHedgeWon)
-	p.OnCopyCanceled = both(p.OnCopyCanceled, o.Hooks.OnCopyCanceled)
-	return hedgeMiddleware(p, budget, countOps)
-}
-
-// eitherRefuses returns a refusal check that asks f, then g (when set).
-func eitherRefuses(f, g func(*http.Request, time.Time) error) func(*http.Request, time.Time) error {
-	if g == nil {
-		return f
-	}
-	return func(req *http.Request, at time.Time) error {
-		if err := f(req, at); err != nil {
-			return err
-		}
-		return g(req, at)
+// boundMiddleware returns a middleware that bounds what is beneath it
+// (see [bound]).
+func boundMiddleware(mode boundMode, d, idle time.Duration, name string, readMax int64) Middleware {
+	return func(next http.RoundTripper) http.RoundTripper {
+		return newBound(orDefault(next), mode, d, idle, name, readMax)
 	}
 }
 

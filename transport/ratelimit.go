@@ -1,8 +1,6 @@
 package transport
 
 import (
-	"errors"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 
@@ -63,21 +61,20 @@ func newRateLimiter(next http.RoundTripper, t *ratelimit.Tracker) *rateLimiter {
 }
 
 type rateLimiter struct {
-	next    http.RoundTripper
-	t       *ratelimit.Tracker
-	checked bool // a Retry above checks every body (New): no need to here
+	next http.RoundTripper
+	t    *ratelimit.Tracker
 }
 
 // RoundTrip reserves the request's place in its host's quotas, sends the
 // request, and settles the reservation with the response, or cancels it
 // when the request never reached the server.
 func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !l.checked {
-		var err error
-		if req, err = checkCaller(req, false); err != nil {
-			return nil, err // the caller's error uses no quota
-		}
+	st := stackOf(req.Context())
+	req, err := checkCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
+	if err != nil {
+		return nil, err // the caller's error uses no quota
 	}
+	st.joinTracker(l.t) // Retry above asks it before it waits
 	res, err := l.t.Reserve(req)
 	if err != nil {
 		if req.Body != nil {
@@ -97,7 +94,7 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := l.next.RoundTrip(r)
 	switch {
-	case err != nil && (notSent(req, err) || watch != nil && watch.notConnected()):
+	case err != nil && !policy.Judge(policy.Outcome{Request: req, Err: err, NotConnected: watch != nil && watch.notConnected()}).Sent:
 		res.Cancel()
 	case err != nil:
 		res.Settle(nil)
@@ -105,17 +102,6 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 		res.Settle(resp)
 	}
 	return resp, err
-}
-
-// notSent reports whether an attempt that failed with err never reached
-// the server: refused by an open breaker, a request net/http would not
-// send, or a dial that failed.
-func notSent(req *http.Request, err error) bool {
-	if errors.Is(err, ErrCircuitOpen) || policy.IsCallerError(req, err) {
-		return true
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" // the caller's context may have ended it
 }
 
 // CloseIdleConnections forwards to the wrapped RoundTripper.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -20,66 +21,47 @@ import (
 // body is closed unread, which costs a new connection.
 const drainLimit = 256 << 10
 
-// Retry retries failed attempts as policy p says, and only when sending
-// the request again is safe. [policy.Retry.Next] decides each step (which
-// outcomes are retried, how many attempts, how long between them, why an
-// operation stops); Retry carries the decisions out.
+// Retry retries failed attempts as policy p says. [policy.Retry.Next]
+// decides each step: which outcomes are retried, how long to wait, and
+// why an operation stops. Retry carries the decisions out.
 //
-// A request is sent more than once only when that is safe: its method is
-// idempotent or it carries an idempotency key ([policy.SafeToResend];
-// [IdempotencyKey] adds keys only to requests that are vouched for), or
-// the outcome proves that the server did not act on it (the connection
-// was never made, a 429, x-should-retry: true, Stripe-Should-Retry: true,
-// a problem with is_retriable: true). A POST nobody vouched for that
-// fails in any other way (a 500, a reset, an attempt timeout) is sent
-// once and its outcome handed back as it is. To learn whether a
-// connection was made, Retry watches such requests with
-// [net/http/httptrace]. Their attempts carry no GetBody, so that
-// net/http cannot send the body again by itself either: its HTTP/2
-// client does after a RST_STREAM with PROTOCOL_ERROR, which does not
-// prove that the server skipped the request. The cost is net/http's
-// safe replays of them: a stream refused (REFUSED_STREAM) or above a
-// graceful GOAWAY's last stream, or an HTTP/1 write on a reused
-// connection that failed before its first byte, is handed back as an
-// error, since net/http tells these apart only in its error text.
+// A request is sent again only when that is safe: its method is
+// idempotent, it carries an idempotency key, or the outcome proves the
+// server did not act on it (no connection, a 429, x-should-retry: true).
+// Attempts of other requests carry no GetBody, so that net/http never
+// replays them after an HTTP/2 PROTOCOL_ERROR reset, which proves
+// nothing. Its safe replays Retry makes itself: after an outcome that
+// proves the server did not process the request ([policy.NotProcessed]:
+// REFUSED_STREAM, a stream above a graceful GOAWAY's last one, an idle
+// connection the server closed), it sends the request again at once.
+// Such a resend is free, as net/http's would be: it does not count
+// against MaxAttempts, waits for no backoff and spends no budget. At most
+// 3 are made per operation; with MaxAttempts 1, only a body that is
+// empty or has GetBody goes again.
 //
-// A request that cannot be sent as written is the caller's error
-// ([policy.IsCallerError]): it is returned at once and never retried.
-// Retry hands each attempt's body to the next RoundTripper wrapped so
-// that a body shorter or longer than its ContentLength, or whose reader
-// fails, ends the attempt with a [*policy.BodyError] (net/http reports
-// both with errors of no type), which a [Breaker] beneath does not count
-// against the host.
+// A request that cannot be sent as written is the caller's error: it
+// fails at once and is never retried.
 //
 // Every attempt is a copy of the caller's request, which is never
-// modified. Bodies are replayed byte for byte: through GetBody when the
-// request has it (the body is never copied); otherwise its bytes are kept
-// as the first attempt sends them, up to p.MaxBufferedBody (1 MiB by
-// default), and replayed from there. Nothing is read ahead of the wire:
-// the first attempt is sent at once and a full-duplex body flows as it is
-// written. A body that runs past the limit is sent once, as it streams,
-// and not retried.
+// modified. Bodies are replayed byte for byte, through GetBody or from
+// the bytes kept as the first attempt sends them (up to
+// p.MaxBufferedBody); a longer body is sent once.
 //
-// Waits draw on the request context's deadline: when the next wait could
-// not end before the deadline, Retry stops at once and returns what it
-// has, rather than waiting only to fail. It does the same when a [Breaker]
-// beneath it will still be open when the wait ends and, in [New], when
-// the host's pause or a spent quota that counts the request would hold
-// the next attempt past the deadline ([ratelimit.Tracker.RefusedAt]).
-// Waits end at once when the
-// context is canceled. A failed attempt's response body is drained (up to
-// 256 KiB) and closed before the wait, so its connection is reused; a
-// problem body (RFC 9457) is read up to p.MaxProblemBody to learn whether
-// the server says the error is retriable, and handed to the caller
-// intact when that response is the last one.
+// Waits draw on the context's deadline. Retry stops at once, rather
+// than wait only to fail, when the wait would end past the deadline or
+// when a [Breaker] or [RateLimitAware] beneath would still refuse the
+// next attempt. A failed attempt's body is drained and closed first.
 //
-// When retries end on a response, Retry returns it with a nil error, as a
-// RoundTripper must, and OnGiveUp says why when it is an error status.
-// When they end on an error, the error is a [*RetryError] that says how
-// many attempts were made and why no further one was (its
-// [policy.Reason]), and wraps the last cause, so errors.Is(err,
-// context.DeadlineExceeded) keeps working through [http.Client].
+// When retries end on a response, Retry returns it with a nil error, as
+// a RoundTripper must; [OperationOf] tells how many attempts were made
+// and why they stopped. When they end on an error, it is a
+// [*RetryError]. See docs/design.md for the reasons behind each rule.
 func Retry(p policy.Retry) Middleware {
+	return retryMiddleware(p, budgetOf(p.Budget))
+}
+
+// retryMiddleware is Retry drawing on budget, nil for none.
+func retryMiddleware(p policy.Retry, budget retryBudget) Middleware {
 	defaultCls := p.Classify == nil
 	p = p.WithDefaults()
 	c := &retryConfig{
@@ -89,15 +71,12 @@ func Retry(p policy.Retry) Middleware {
 		bufLimit:   p.MaxBufferedBody,
 		probLimit:  p.MaxProblemBody,
 		keyHeader:  http.CanonicalHeaderKey(p.IdempotencyHeader),
-		budget:     budgetOf(p.Budget),
+		budget:     budget,
 		onAttempt:  p.OnAttempt,
 		onRetry:    p.OnRetry,
 		onGiveUp:   p.OnGiveUp,
 	}
 	return func(next http.RoundTripper) http.RoundTripper {
-		if h, ok := next.(*hedger); ok && c.budget != nil && h.c.budget == c.budget {
-			h.opsCounted = true // one Budget: its operations are counted here
-		}
 		return &retrier{next: orDefault(next), c: c}
 	}
 }
@@ -110,8 +89,6 @@ type retryConfig struct {
 	probLimit  int64
 	keyHeader  string
 	budget     retryBudget
-	refuses    func(*http.Request, time.Time) error // set by New: asks its breakers and its quota tracker
-	idleCut    *DeadlineError                       // set by New: IdleTimeout's cut, for the failed bodies it reads
 	onAttempt  func(policy.AttemptEvent)
 	onRetry    func(policy.RetryEvent)
 	onGiveUp   func(policy.GiveUpEvent)
@@ -120,6 +97,7 @@ type retryConfig struct {
 type retrier struct {
 	next http.RoundTripper
 	c    *retryConfig
+	own  stack // the stack beneath, when no layer above carries one
 }
 
 func (t *retrier) CloseIdleConnections() { closeIdle(t.next) }
@@ -138,26 +116,39 @@ type RetryError struct {
 	Refusal error
 }
 
-// Error says what ended the operation: "transport: giving up after 2
-// attempts (retry budget spent): <last error>". When a layer beneath
-// would refuse the next attempt, it names the refusal instead of the last
-// error: "transport: giving up after 2 attempts: next attempt refused:
-// transport: circuit open for ...".
+// Error says what ended the operation, in one format: "transport:
+// giving up after 2 attempts (retry budget spent): <last error>", or
+// "transport: not sent (circuit open): <refusal>" when nothing was sent.
+// When a layer beneath would refuse the next attempt, it names that
+// refusal instead of the last error.
 func (e *RetryError) Error() string {
+	var b strings.Builder
+	b.WriteString("transport: ")
 	if e.Attempts == 0 {
-		return "transport: not sent (" + string(e.Reason) + "): " + e.Err.Error()
+		b.WriteString("not sent")
+	} else {
+		b.WriteString("giving up after ")
+		b.WriteString(strconv.Itoa(e.Attempts))
+		b.WriteString(" attempt")
+		if e.Attempts != 1 {
+			b.WriteString("s")
+		}
 	}
-	head := "transport: giving up after " + strconv.Itoa(e.Attempts) + " attempt"
-	if e.Attempts != 1 {
-		head += "s"
+	if e.Reason != "" && (e.Reason != policy.ReasonAttemptsUsed || e.Attempts == 0) {
+		b.WriteString(" (")
+		b.WriteString(string(e.Reason))
+		b.WriteString(")")
 	}
+	cause := e.Err
 	if e.Refusal != nil {
-		return head + ": " + string(e.Reason) + ": " + e.Refusal.Error()
+		cause = e.Refusal
 	}
-	if e.Reason == "" || e.Reason == policy.ReasonAttemptsUsed {
-		return head + ": " + e.Err.Error()
+	if cause != nil {
+		b.WriteString(": ")
+		// The cause's own "transport: " is said once already.
+		b.WriteString(strings.TrimPrefix(cause.Error(), "transport: "))
 	}
-	return head + " (" + string(e.Reason) + "): " + e.Err.Error()
+	return b.String()
 }
 
 // Unwrap returns the last attempt's error and, when there is one, the
@@ -211,36 +202,65 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			return t.giveUp(req, 0, nil, err, policy.Step{Reason: policy.ReasonCallerError})
 		}
 		defer body.finish()
-	} else if c.onAttempt == nil && c.onGiveUp == nil {
+	} else if c.onAttempt != nil || c.onGiveUp != nil {
+		// No copy of the body is kept, but a free resend can have it
+		// again when it is empty or the caller can make it again.
+		body = replay{none: req.Body == nil || req.Body == http.NoBody, get: req.GetBody}
+	} else {
 		r, err := checkBody(req, false)
 		if err != nil {
 			closeBody(req)
 			return nil, &RetryError{Reason: policy.ReasonCallerError, Err: err}
 		}
-		if c.budget != nil { // an operation still, and a Hedge beneath may share the budget
+		s := stackOf(r.Context())
+		if s == nil { // an operation still, for OperationOf, and a Hedge beneath may share the budget
+			s, r = withStack(r, &t.own)
+		}
+		s.joinRetry(c)
+		if c.budget != nil {
 			c.budget.request(req.URL, startOf(req.Context()))
 		}
 		if r.GetBody != nil && !policy.SafeToResend(req, c.keyHeader) {
 			r = withoutGetBody(r, r != req)
 		}
-		return t.next.RoundTrip(r)
+		resp, err := t.next.RoundTrip(r)
+		if err != nil {
+			// The caller's own body, if it can be had again: see freeResend.
+			b := replay{none: req.Body == nil || req.Body == http.NoBody, get: req.GetBody, noGetBody: r.GetBody == nil}
+			for free := 0; free < maxFreeResends; free++ {
+				again := freeResend(req.Context(), &b, r, 1, err)
+				if again == nil {
+					break
+				}
+				r = again
+				resp, err = t.next.RoundTrip(r)
+			}
+		}
+		answered(resp, r)
+		if err == nil && resp != nil && resp.StatusCode < 400 {
+			return resp, nil
+		}
+		if resp == nil && err == nil {
+			err = errNilResponse
+		}
+		return t.end(nil, req, 1, 0, resp, err, t.lastStep(s, req, r, resp, err))
 	}
-	ctx := req.Context()
 	safe := policy.SafeToResend(req, c.keyHeader)
+	// base is what each attempt copies: the caller's request, or a copy
+	// whose context carries the operation, or tells whether a
+	// connection was made, for a request that may be sent again only if
+	// none was.
+	st, base, rec := t.stackOf(req) // rec: the operation's record, from the second attempt on
+	st.joinRetry(c)                 // a Hedge beneath draws on the same budget
+	ctx := base.Context()
 	if c.budget != nil {
 		c.budget.request(req.URL, startOf(ctx))
 	}
-	// base is what each attempt copies: the caller's request, or a copy
-	// whose context tells whether a connection was made, for a request
-	// that may be sent again only if none was.
-	var (
-		base  = req
-		watch *connWatch
-	)
+	var watch *connWatch
 	if !safe {
 		if c.attempts > 1 {
 			watch = newConnWatch()
-			base = req.WithContext(httptrace.WithClientTrace(ctx, &watch.trace))
+			base = base.WithContext(httptrace.WithClientTrace(ctx, &watch.trace))
 		}
 		// Every attempt goes without GetBody: see withoutGetBody.
 		if base.GetBody != nil {
@@ -250,10 +270,11 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 
 	var (
-		resp *http.Response
-		prev time.Duration
-		r    = base
-		rec  *opRecord // what layers beneath say, from the second attempt on
+		resp   *http.Response
+		prev   time.Duration
+		waited time.Duration
+		r      = base
+		free   int // free resends made: see freeResend
 	)
 	if body.first != nil {
 		r = body.firstRequest(base)
@@ -274,15 +295,31 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp == nil && err == nil { // a broken RoundTripper beneath: say so, as http.Client does
 			err = errNilResponse
 		}
+		answered(resp, r)
 		if c.onAttempt != nil {
 			c.onAttempt(attemptEvent(req, n, resp, err, time.Since(start)))
 		}
+		if err != nil && free < maxFreeResends {
+			if again := freeResend(ctx, &body, base, n, err); again != nil {
+				if resp != nil && resp.Body != nil { // a response and an error both: a broken RoundTripper
+					resp.Body.Close()
+				}
+				free++
+				r = again
+				n-- // the same attempt again: a free resend is not counted
+				continue
+			}
+		}
 		if err == nil && resp.StatusCode < 400 && c.defaultCls {
+			if rec != nil {
+				rec.attempts, rec.reason, rec.waited = n, "", waited
+			}
 			return resp, nil // success: the fast path
 		}
+		idleCut := st.cut()
 		var problem *policy.Problem
 		if err == nil && ctx.Err() == nil {
-			problem = readProblem(resp, c.probLimit, c.idleCut)
+			problem = readProblem(resp, c.probLimit, idleCut)
 		}
 		now := time.Now()
 		s := policy.State{
@@ -304,24 +341,31 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if dl, ok := ctx.Deadline(); ok {
 			s.Deadline = dl
 		}
-		attempt, record := r, rec // not r and rec themselves: a closure over them would move them to the heap on every call
-		s.Refused = func(at time.Time) error { return t.refusal(record, attempt, at) }
+		attempt := r // not r itself: a closure over it would move it to the heap on every call
+		s.Refused = func(at time.Time) error { return st.refusedAt(attempt, at) }
 		if c.budget != nil {
 			s.Budget = func() bool { return c.budget.retry(req.URL, clockOf(now)) }
 		}
 		step := c.p.Next(s)
 		if !step.Retry {
-			return t.giveUp(req, n, resp, err, step)
+			return t.end(rec, req, n, waited, resp, err, step)
 		}
-		next, gerr := body.request(recorded(&rec, base), n+1)
+		if rec == nil {
+			base = record(&rec, base, nil)
+		}
+		next, gerr := body.request(base, n+1)
 		if gerr != nil { // GetBody failed: no further attempt can be made
-			return t.giveUp(req, n, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
+			return t.end(rec, req, n, waited, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
 		}
 		if c.onRetry != nil {
-			c.onRetry(policy.RetryEvent{Request: req, Attempt: n + 1, Wait: step.Wait, Reason: step.Decision.Reason, Status: status(resp), Err: err})
+			e := policy.RetryEvent{Request: req, Attempt: n + 1, Wait: step.Wait, Reason: step.Decision.Reason, Status: status(resp), Err: err}
+			if step.Decision.HasRetryAfter {
+				e.RetryAfter = step.Decision.RetryAfter
+			}
+			c.onRetry(e)
 		}
 		if resp != nil {
-			drain(watchIdle(resp.Body, c.idleCut))
+			drain(watchIdle(resp.Body, idleCut))
 		}
 		// The wait runs from the decision, which found that it ends
 		// inside the deadline: the time spent since (draining a slow
@@ -334,14 +378,77 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			if errors.Is(serr, context.Canceled) {
 				reason = policy.ReasonCanceled
 			}
-			return t.giveUp(req, n, nil, serr, policy.Step{Reason: reason})
+			return t.end(rec, req, n, waited+time.Since(now), nil, serr, policy.Step{Reason: reason})
 		}
+		waited += time.Since(now)
 		if r, err = checkBody(next, true); err != nil {
 			closeBody(next)
-			return t.giveUp(req, n, nil, err, policy.Step{Reason: policy.ReasonCallerError})
+			return t.end(rec, req, n, waited, nil, err, policy.Step{Reason: policy.ReasonCallerError})
 		}
 		prev = step.Wait
 	}
+}
+
+// lastStep is [policy.Retry.Next]'s decision on the one attempt r of
+// req that a Retry with MaxAttempts 1 made: the reason it gives is the
+// one the attempt loop gives for the same outcome.
+func (t *retrier) lastStep(st *stack, req, r *http.Request, resp *http.Response, err error) policy.Step {
+	c := t.c
+	ctx := req.Context()
+	var problem *policy.Problem
+	if err == nil && ctx.Err() == nil {
+		problem = readProblem(resp, c.probLimit, st.cut())
+	}
+	s := policy.State{
+		Outcome: policy.Outcome{
+			Request:  r,
+			Response: resp,
+			Err:      err,
+			Problem:  problem,
+			Attempt:  1,
+			Keyed:    policy.HasKey(req, c.keyHeader),
+			Now:      time.Now(),
+		},
+		SafeToResend: policy.SafeToResend(req, c.keyHeader),
+		Done:         context.Cause(ctx),
+	}
+	return c.p.Next(s)
+}
+
+// stackOf returns the stack of req's operation and req with it, with
+// the operation's record when t made both: when no layer above carries a
+// stack, the layers beneath meet in t.own.
+func (t *retrier) stackOf(req *http.Request) (*stack, *http.Request, *opRecord) {
+	if st := stackOf(req.Context()); st != nil {
+		return st, req, nil
+	}
+	var rec *opRecord
+	base := record(&rec, req, &t.own)
+	return &t.own, base, rec
+}
+
+// end ends an operation after n attempts (the last refused unsent, when
+// its error is a layer's refusal) as step says: it records the outcome in
+// the operation's record rec, for [OperationOf], and hands it to giveUp.
+func (t *retrier) end(rec *opRecord, req *http.Request, n int, waited time.Duration, resp *http.Response, err error, step policy.Step) (*http.Response, error) {
+	if refusal, ok := policy.RefusedBy(err); ok {
+		n, step.Reason = n-1, refusal // refused unsent: not an attempt
+	} else if step.Reason == policy.ReasonCallerError {
+		n = 0 // nothing could be sent
+	}
+	ok := resp != nil && resp.StatusCode < 400 // as judged: a stream that failed before its first event is not
+	resp, err = t.giveUp(req, n, resp, err, step)
+	if resp != nil && resp.Request != nil && rec == nil {
+		// The first attempt's response: its request gets the record.
+		resp.Request = record(&rec, resp.Request, nil)
+	}
+	if rec != nil {
+		rec.attempts, rec.reason, rec.waited = n, step.Reason, waited
+		if ok {
+			rec.reason = ""
+		}
+	}
+	return resp, err
 }
 
 // giveUp ends an operation as step says: it reports the outcome to
@@ -361,7 +468,17 @@ func (t *retrier) giveUp(req *http.Request, attempts int, resp *http.Response, e
 		}
 		return nil, &RetryError{Attempts: attempts, Reason: step.Reason, Err: err, Refusal: step.Refusal}
 	}
-	return resp, nil
+	return restoreStream(resp), nil // a stream judged a failed attempt goes back as it came
+}
+
+// answered sets resp.Request to r, the request it answers, when the
+// RoundTripper beneath left it unset (a fake, an SDK's test transport),
+// as net/http's Transport sets it: [OperationOf] finds the operation
+// through it.
+func answered(resp *http.Response, r *http.Request) {
+	if resp != nil && resp.Request == nil {
+		resp.Request = r
+	}
 }
 
 // withoutGetBody returns r without GetBody (r itself when own, else a
@@ -382,6 +499,40 @@ func withoutGetBody(r *http.Request, own bool) *http.Request {
 	}
 	r.GetBody = nil
 	return r
+}
+
+// maxFreeResends bounds the free resends of one operation (see
+// freeResend): a server that refuses every stream is not asked forever,
+// and its outcome then goes to the policy like any other.
+const maxFreeResends = 3
+
+// freeResend returns the request to send again at once, as the same
+// attempt, after err: nil unless err proves that the server did not
+// process the request ([policy.NotProcessed]) and body can be given
+// again. net/http would have made this replay itself, had the attempt
+// carried GetBody: it returns such an error only when it made none, so
+// the request goes again once, never twice. base is what the attempt
+// copies; n is its number.
+func freeResend(ctx context.Context, body *replay, base *http.Request, n int, err error) *http.Request {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if _, ok := policy.NotProcessed(err); !ok {
+		return nil
+	}
+	if !body.none && body.get == nil {
+		return nil
+	}
+	r, gerr := body.request(base, n)
+	if gerr != nil {
+		return nil
+	}
+	checked, gerr := checkBody(r, true)
+	if gerr != nil {
+		closeBody(r)
+		return nil
+	}
+	return checked
 }
 
 // closeBody closes r's body, as a RoundTripper must even when it sends

@@ -652,6 +652,9 @@ func TestRetryConcurrent(t *testing.T) {
 	})
 }
 
+// The first attempt sends the caller's body itself, unread and not
+// copied, with its GetBody; under a layer that carries the operation's
+// stack (a Deadline, New's Timeout) it is the caller's request itself.
 func TestRetryFirstAttemptPassesRequestThrough(t *testing.T) {
 	var got *http.Request
 	base := Func(func(r *http.Request) (*http.Response, error) {
@@ -663,8 +666,20 @@ func TestRetryFirstAttemptPassesRequestThrough(t *testing.T) {
 		if _, err := Chain(base, Retry(policy.Retry{})).RoundTrip(req); err != nil {
 			t.Fatal(err)
 		}
-		if got != req {
-			t.Errorf("body %T: first attempt was a copy, want the request itself", body)
+		if got.Body != req.Body || (got.GetBody == nil) != (req.GetBody == nil) {
+			t.Errorf("body %T: first attempt body %T (GetBody set %v), want the caller's %T (GetBody set %v)",
+				body, got.Body, got.GetBody != nil, req.Body, req.GetBody != nil)
+		}
+		inner := Func(func(r *http.Request) (*http.Response, error) {
+			resp, err := Chain(base, Retry(policy.Retry{})).RoundTrip(r)
+			if got != r {
+				t.Errorf("body %T under a Deadline: first attempt was a copy, want the request itself", body)
+			}
+			return resp, err
+		})
+		req, _ = http.NewRequest("PUT", "http://x.test/", body)
+		if _, err := Chain(inner, Deadline(time.Minute)).RoundTrip(req); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -930,4 +945,42 @@ func TestRetryWaitRunsFromTheDecision(t *testing.T) {
 			t.Errorf("attempts sent at %v, want %v", sent, want)
 		}
 	})
+}
+
+// TestRetryEventRetryAfter: OnRetry says how long the server asked to
+// wait, and zero when it asked for nothing; Wait is the longer of that
+// and the backoff.
+func TestRetryEventRetryAfter(t *testing.T) {
+	tests := []struct {
+		name             string
+		first            httptestutil.Step
+		wantWait, wantRA time.Duration
+	}{
+		{"backoff only", httptestutil.Status(503, "busy"), 100 * time.Millisecond, 0},
+		{"Retry-After longer", httptestutil.RetryAfterSeconds(503, 2), 2 * time.Second, 2 * time.Second},
+		{"retry-after-ms shorter", httptestutil.RetryAfterMS(429, 50), 100 * time.Millisecond, 50 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var got []policy.RetryEvent
+				base := httptestutil.NewHandlerTransport(httptestutil.Script(tt.first, httptestutil.Status(200, "ok")))
+				c := &http.Client{Transport: Chain(base, Retry(policy.Retry{
+					Backoff: constant(100 * time.Millisecond),
+					OnRetry: func(e policy.RetryEvent) { got = append(got, e) },
+				}))}
+				resp, err := c.Get("http://api.test/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if len(got) != 1 {
+					t.Fatalf("got %d retry events, want 1", len(got))
+				}
+				if got[0].Wait != tt.wantWait || got[0].RetryAfter != tt.wantRA {
+					t.Errorf("Wait %v, RetryAfter %v; want %v, %v", got[0].Wait, got[0].RetryAfter, tt.wantWait, tt.wantRA)
+				}
+			})
+		})
+	}
 }

@@ -45,11 +45,11 @@ import (
 //     prefix of it);
 //   - every response the caller read to its end is the one the server
 //     meant for that caller;
-//   - behind the idempotent payments emulator (its host is listed in
-//     Idempotency.Hosts, so every charge is vouched for and carries a
-//     key) every logical charge happened at most once, and every success
-//     the caller saw happened exactly once, under the charge id the
-//     caller was given;
+//   - behind idempotency.Handler, in front of the payments emulator (its
+//     host is listed in Idempotency.Hosts, so every charge is vouched for
+//     and carries a key) the emulator ran at most once per key, every
+//     logical charge happened at most once, and every success the caller
+//     saw happened exactly once, under the charge id the caller was given;
 //   - the echo server does not deduplicate, and nobody vouched for its
 //     POSTs: none of them carries a key, and none was acted on twice
 //     (a POST nobody vouched for is sent again only after an outcome
@@ -234,8 +234,12 @@ type soakServer struct {
 	start   time.Time
 	windows []soakWindow
 	pay     *httptestutil.Payments
+	idem    http.Handler // idempotency.Handler in front of pay
 
 	mu         sync.Mutex
+	payRuns    map[string]int              // runs of pay per idempotency key, behind idem
+	replays    int                         // answers of idem that replayed a charge
+	conflicts  int                         // answers of idem that said the key was in flight
 	arrivals   map[int]int                 // requests per operation
 	keys       map[int]map[string]struct{} // idempotency keys seen per operation
 	charges    map[int][]string            // charge ids made per operation
@@ -254,7 +258,14 @@ func newSoakServer(cfg *soakConfig, pay *httptestutil.Payments, span time.Durati
 	s := &soakServer{
 		cfg: cfg, start: time.Now(), pay: pay,
 		arrivals: map[int]int{}, keys: map[int]map[string]struct{}{}, charges: map[int][]string{}, acts: map[int]int{},
+		payRuns: map[string]int{},
 	}
+	s.idem = idempotency.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.payRuns[r.Header.Get(idempotency.DefaultHeader)]++
+		s.mu.Unlock()
+		pay.ServeHTTP(w, r)
+	}), idempotency.HandlerOptions{})
 	rng := rand.New(rand.NewPCG(cfg.seed, 0xb0257))
 	for at := time.Duration(0); at < span; {
 		at += time.Duration(60+rng.IntN(120)) * cfg.unit
@@ -502,8 +513,16 @@ func (s *soakServer) act(sp soakSpec, r *http.Request) (int, http.Header, []byte
 		return 200, http.Header{"Content-Type": {"application/json"}}, out
 	}
 	rec := httptest.NewRecorder()
-	s.pay.ServeHTTP(rec, r)
-	if rec.Code == http.StatusCreated && rec.Header().Get("Idempotent-Replayed") == "" {
+	s.idem.ServeHTTP(rec, r)
+	s.mu.Lock()
+	switch {
+	case rec.Header().Get(idempotency.ReplayedHeader) == "true":
+		s.replays++
+	case rec.Code == http.StatusConflict:
+		s.conflicts++
+	}
+	s.mu.Unlock()
+	if rec.Code == http.StatusCreated && rec.Header().Get(idempotency.ReplayedHeader) == "" {
 		var c struct{ ID string }
 		json.Unmarshal(rec.Body.Bytes(), &c)
 		s.mu.Lock()
@@ -870,6 +889,12 @@ func (r *soakRun) account(rep *soakReport, g *connGauge) (problems []string, rep
 			fail("op %d: caller saw charge %s, server made %v, want exactly that one", id, seen, ids)
 		}
 	}
+	// One run of the payments emulator per key behind idempotency.Handler.
+	for key, n := range s.payRuns {
+		if n != 1 {
+			fail("key %s: the payments emulator ran %d times behind idempotency.Handler, want once", key, n)
+		}
+	}
 	st := s.pay.Stats()
 	if st.Charges != int64(made) {
 		fail("payments emulator made %d charges, the soak counted %d", st.Charges, made)
@@ -934,7 +959,8 @@ func (r *soakRun) account(rep *soakReport, g *connGauge) (problems []string, rep
 	fmt.Fprintf(&b, "  request body bytes: %d sent by callers, %d compared at the server in %d whole bodies and %d cut short; mismatched bodies: %d\n",
 		tally.sent, s.bytesCompared.Load(), s.bodies.Load(), s.partial.Load(), s.mismatches.Load())
 	fmt.Fprintf(&b, "  charges: %d operations, %d made, %d confirmed to the caller (%d replays, %d conflicts); duplicates found: %d; confirmed but not made exactly once: %d\n",
-		tally.byKind[kindCharge], made, len(tally.seen), st.Replays, st.Conflicts, duplicates, lost)
+		tally.byKind[kindCharge], made, len(tally.seen), s.replays, s.conflicts, duplicates, lost)
+	fmt.Fprintf(&b, "  keys run behind idempotency.Handler: %d\n", len(s.payRuns))
 	fmt.Fprintf(&b, "  POSTs nobody vouched for (no deduplication): %d operations, %d acted on, %d acted on more than once\n", posts, acted, twice)
 	fmt.Fprintf(&b, "  operations with an idempotency key: %d; with more than one key across attempts: %d\n", len(s.keys), rekeyed)
 	fmt.Fprintf(&b, "  deadline overruns (margin %v): %d, worst %v; open connections at the end: server %d, client %d; problems: %d",

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sturdyhttp/sturdy/policy"
-	"github.com/sturdyhttp/sturdy/ratelimit"
 )
 
 // ErrThrottled is matched by errors.Is for every request that a
@@ -36,6 +35,10 @@ func (e *ThrottleError) Is(target error) bool { return target == ErrThrottled }
 // Retriable returns false: a rejection is the client shedding load, and
 // trying again at once would defeat it.
 func (e *ThrottleError) Retriable() bool { return false }
+
+// RefusedBy returns "throttled": the request was shed unsent (see
+// [policy.Refusal]).
+func (e *ThrottleError) RefusedBy() string { return string(policy.ReasonThrottled) }
 
 // ThrottleEvent describes a request that a [Throttle] rejected.
 type ThrottleEvent struct {
@@ -77,7 +80,7 @@ type throttler struct {
 	next     http.RoundTripper
 	t        *policy.Throttle
 	onReject func(ThrottleEvent)
-	checked  bool // a Retry above checks every body (New): no need to here
+	own      stack // the stack beneath, when no layer above carries one
 }
 
 func (t *throttler) CloseIdleConnections() { closeIdle(t.next) }
@@ -86,12 +89,11 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil {
 		return t.next.RoundTrip(req)
 	}
-	if !t.checked {
-		var err error
-		if req, err = checkCaller(req, false); err != nil {
-			return nil, err // the caller's error counts neither way
-		}
+	req, err := checkCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
+	if err != nil {
+		return nil, err // the caller's error counts neither way
 	}
+	req = t.mark(req)
 	key := HostKey(req)
 	if ok, p := t.t.Allow(key, time.Now()); !ok {
 		if req.Body != nil {
@@ -103,41 +105,57 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, &ThrottleError{Host: key, Probability: p}
 	}
 	resp, err := t.next.RoundTrip(req)
-	if counted, accepted := throttleOutcome(req, resp, err); counted {
-		t.t.Record(key, time.Now(), accepted)
+	if v := judge(req, resp, err); v.Host != policy.HostIgnored && (resp != nil || err != nil) {
+		t.t.Record(key, time.Now(), v.Accepted)
 	}
 	return resp, err
 }
 
-// throttleOutcome says whether an outcome counts for the throttle, and
-// whether the server accepted the request.
-func throttleOutcome(req *http.Request, resp *http.Response, err error) (counted, accepted bool) {
-	if err != nil {
-		switch {
-		case errors.Is(err, context.Canceled),
-			callerEnded(req.Context()), // the caller's cancel (with a cause, which net/http returns) or deadline, as the breaker judges it
-			errors.Is(err, ErrCircuitOpen),
-			errors.Is(err, ratelimit.ErrQuotaExhausted),
-			errors.Is(err, policy.ErrInvalidRequest),
-			policy.CheckRequest(req) != nil:
-			return false, false
-		}
-		return true, false
-	}
-	if resp == nil {
-		return false, false
-	}
-	c := resp.StatusCode
-	return true, c < 500 && c != http.StatusTooManyRequests
+// throttleOp is what a Throttle allocates per request, in one piece: the
+// context that marks the request and the request copy that carries it.
+type throttleOp struct {
+	ctx throttleCtx
+	req http.Request
 }
 
-// throttledIsFailure is the breaker's failure rule in a stack with a
-// Throttle: an error or a 5xx ([policy.JudgeHost]), but for the answers of an overloaded
-// server, which the throttle handles by shedding part of the load rather
-// than all of it.
-func throttledIsFailure(resp *http.Response, err error) bool {
-	if err == nil && resp != nil && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == 529) {
-		return false
+// throttleCtx marks a request that passed a Throttle, so that a Breaker
+// beneath leaves the answers of an overloaded server (503, 529) to it. A
+// mark on the request, not on the stack: a Breaker that some requests
+// reach by another way (a router above it) still counts theirs. It also
+// carries the stack beneath when no layer above carries one.
+type throttleCtx struct {
+	context.Context
+	s *stack // nil when a layer above carries the stack
+}
+
+type throttledKey struct{}
+
+func (c *throttleCtx) Value(key any) any {
+	switch key {
+	case throttledKey{}:
+		return true
+	case stackKey{}:
+		if c.s != nil {
+			return c.s
+		}
 	}
-	return err != nil || resp == nil || resp.StatusCode >= 500
+	return c.Context.Value(key)
+}
+
+// mark returns a copy of req marked as passed by t, carrying t's stack
+// when no layer above carries one.
+func (t *throttler) mark(req *http.Request) *http.Request {
+	op := &throttleOp{}
+	op.ctx.Context = req.Context()
+	if stackOf(op.ctx.Context) == nil {
+		op.ctx.s = &t.own
+	}
+	op.req = *req.WithContext(&op.ctx)
+	return &op.req
+}
+
+// throttledAbove reports whether a Throttle above marked the request
+// whose context is ctx.
+func throttledAbove(ctx context.Context) bool {
+	return ctx.Value(throttledKey{}) != nil
 }

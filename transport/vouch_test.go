@@ -140,7 +140,7 @@ func TestErrorNamesTheBreakerThatEndedRetries(t *testing.T) {
 	})
 }
 
-// Promise (issue 22): the retry budget's effect on MaxAttempts is visible
+// Promise: the retry budget's effect on MaxAttempts is visible
 // where the user looks. Sequential calls to a host that always resets:
 // once the budget is spent, calls end after fewer attempts, with
 // ReasonBudgetSpent in the error and in OnGiveUp.

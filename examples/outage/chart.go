@@ -16,7 +16,7 @@ import (
 const (
 	chartW, chartH = 960, 480
 	padL, padR     = 76, 24
-	padT, padB     = 104, 56
+	padT, padB     = 122, 56
 )
 
 // colors of the lines, by kind.
@@ -32,6 +32,10 @@ func writeChart(w io.Writer, c config, sums []summary, runs []result) error {
 	bw := bufio.NewWriter(w)
 	xmax := c.Run
 	var ymax int64 = 1
+	capacity := c.Capacity * c.baseLoad() * bucket.Seconds() // requests per bucket; 0 for none
+	if capacity > 0 {
+		ymax = int64(math.Ceil(capacity))
+	}
 	for _, r := range runs {
 		for _, b := range r.buckets {
 			xmax = max(xmax, b.Start+bucket)
@@ -49,7 +53,7 @@ func writeChart(w io.Writer, c config, sums []summary, runs []result) error {
 		chartW, chartH, chartW, chartH)
 	fmt.Fprintf(bw, `<rect width="%d" height="%d" fill="#ffffff"/>`+"\n", chartW, chartH)
 	fmt.Fprintf(bw, `<text x="%d" y="24" font-size="16" font-weight="bold">%s</text>`+"\n", padL,
-		esc(fmt.Sprintf("Requests reaching the server per 100 ms: %d clients, server down %v to %v (%s)",
+		esc(fmt.Sprintf("Requests reaching the server per 100 ms: %d callers, server down %v to %v (%s), then back",
 			c.Clients, c.OutageStart, c.outageEnd(), shortMode(c.Mode))))
 
 	// The outage.
@@ -75,6 +79,12 @@ func writeChart(w io.Writer, c config, sums []summary, runs []result) error {
 	fmt.Fprintf(bw, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333333"/>`+"\n", padL, padT+plotH, padL+plotW, padT+plotH)
 	fmt.Fprintf(bw, `<text x="%.1f" y="%d" text-anchor="middle" fill="#333333">time since the start of the run</text>`+"\n", padL+plotW/2, chartH-12)
 	fmt.Fprintf(bw, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle" fill="#333333">requests per 100 ms</text>`+"\n", padT+plotH/2)
+
+	// What the server can serve.
+	if capacity > 0 {
+		fmt.Fprintf(bw, `<line class="capacity" x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555555" stroke-dasharray="6 4"/>`+"\n",
+			padL, y(capacity), padL+plotW, y(capacity))
+	}
 
 	// One line per kind of client, zero where the server saw nothing:
 	// solid where the load generator kept up, dotted where it fell
@@ -127,10 +137,16 @@ func writeChart(w io.Writer, c config, sums []summary, runs []result) error {
 	// The legend, above the plot, one row per kind.
 	for i, s := range sums {
 		ly := 44 + 18*i
-		label := fmt.Sprintf("%s: %s requests while the server was down (peak %s per 100 ms), %s in the second after",
-			s.kind, thousands(s.during), thousands(s.duringPeak), thousands(s.recovery))
+		label := fmt.Sprintf("%s: %s of operations succeeded; server back after its return: %s; %s requests while it was down",
+			s.kind, pct(s.ok, s.ops), backAfter(c, s), thousands(s.during))
 		fmt.Fprintf(bw, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>`+"\n", padL, ly, padL+18, ly, colors[s.kind])
 		fmt.Fprintf(bw, `<text x="%d" y="%d" fill="#333333">%s</text>`+"\n", padL+24, ly+4, esc(label))
+	}
+	if capacity > 0 {
+		ly := 44 + 18*len(sums)
+		fmt.Fprintf(bw, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#555555" stroke-dasharray="6 4"/>`+"\n", padL, ly, padL+18, ly)
+		fmt.Fprintf(bw, `<text x="%d" y="%d" fill="#333333">%s</text>`+"\n", padL+24, ly+4,
+			esc(fmt.Sprintf("the server's capacity, %s per 100 ms: beyond it, requests fail and still cost it work", thousands(int64(capacity)))))
 	}
 	fmt.Fprintln(bw, `</svg>`)
 	return bw.Flush()

@@ -172,3 +172,53 @@ func abs(f float64) float64 {
 	}
 	return f
 }
+
+// TestWriteChartCapacity checks that the chart draws the server's
+// capacity, at its height, only when the server has one.
+func TestWriteChartCapacity(t *testing.T) {
+	for _, tt := range []struct {
+		capacity float64
+		want     int
+	}{{0, 0}, {1.5, 1}} {
+		c := config{Clients: 30, Run: 2 * time.Second, OutageStart: 500 * time.Millisecond, Outage: time.Second,
+			Deadline: time.Second, Think: 100 * time.Millisecond, Capacity: tt.capacity}
+		r := result{kind: kindSturdy, buckets: []httptestutil.OutageBucket{{Start: 0, Requests: 9}}}
+		var buf bytes.Buffer
+		if err := writeChart(&buf, c, []summary{summarize(c, r)}, []result{r}); err != nil {
+			t.Fatal(err)
+		}
+		d := xml.NewDecoder(&buf)
+		var got int
+		for {
+			tok, err := d.Token()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("the chart is not well-formed XML: %v", err)
+			}
+			se, ok := tok.(xml.StartElement)
+			if !ok || se.Name.Local != "line" {
+				continue
+			}
+			attr := map[string]string{}
+			for _, a := range se.Attr {
+				attr[a.Name.Local] = a.Value
+			}
+			if attr["class"] != "capacity" {
+				continue
+			}
+			got++
+			// 1.5 × 30 clients every 100 ms = 45 per 100 ms, above the
+			// busiest bucket (9), on an axis up to 50.
+			plotH := float64(chartH - padT - padB)
+			y, _ := strconv.ParseFloat(attr["y1"], 64)
+			if want := padT + plotH*(1-45.0/50); abs(y-want) > 0.1 {
+				t.Errorf("capacity %v: the line is at y=%v, want %v", tt.capacity, y, want)
+			}
+		}
+		if got != tt.want {
+			t.Errorf("capacity %v: %d capacity lines, want %d", tt.capacity, got, tt.want)
+		}
+	}
+}

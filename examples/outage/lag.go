@@ -97,8 +97,9 @@ type lagStats struct {
 }
 
 // behindAt is the mean lateness from which a bucket counts as one where
-// the load generator fell behind: a fifth of the think time, so the
-// clients there start at most about 5/6 of the operations asked of them.
+// the load generator fell behind: a fifth of the time between a caller's
+// operations, so the callers there start at most about 5/6 of the
+// operations asked of them.
 func behindAt(c config) time.Duration { return c.Think / 5 }
 
 // behind reports, per bucket, whether the load generator fell behind.

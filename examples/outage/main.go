@@ -1,6 +1,6 @@
-// Command outage shows, in one run, why sturdy exists: a fleet of clients
-// keeps calling an API that goes down for a few seconds and comes back,
-// and the same workload runs three ways, one after the other:
+// Command outage shows, in one run, why sturdy exists: a server goes down
+// for a few seconds and comes back, and a retry storm keeps it down. The
+// same workload runs three ways, one after the other:
 //
 //   - naive loop: on failure, try again at once, up to 5 more times;
 //   - fixed backoff: the typical hand-written retry, up to 5 retries with
@@ -10,12 +10,19 @@
 //
 // The API is an httptestutil.Outage emulator on a loopback port: healthy,
 // then 503 (or connection resets, with -mode reset) for the outage, then
-// healthy again. Every client goroutine runs operations in a loop, each
-// with a deadline, with a think time between them. The program prints a
-// table (the load the server got during the outage and right after it,
-// what the callers saw: succeeded, failed fast without sending a request,
-// failed after waiting) and writes an SVG chart of the server's load to
-// outage.svg in the current directory (-svg names another file).
+// healthy again. Its capacity is finite (-capacity, 1.5× the clients'
+// load by default): beyond it, requests fail with 503, and each request
+// it fails still costs it part of the work of one it serves
+// (-overload-cost, half by default). It comes back cold, with a tenth of
+// a second of work to do before it serves anything, so retries that fail
+// make more retries, and a herd of them keeps it failing although it
+// could serve every first attempt. Each client starts
+// an operation on a schedule, whatever became of its last one (users keep
+// asking), so every kind of client is asked for the same operations. The
+// program prints a table (how many operations succeeded, when the server
+// was back, the load it got while down and after, what the callers saw)
+// and writes an SVG chart of the server's load to outage.svg in the
+// current directory (-svg names another file).
 //
 // The clients and the server share this machine. A goroutine measures
 // how late its own timers fire; where they fire late (the machine is
@@ -23,8 +30,9 @@
 // operations than asked, so the program warns and the chart draws that
 // stretch dotted instead of showing a drop that is not the client's doing.
 //
-//	go run ./examples/outage                  # about 20 s
+//	go run ./examples/outage                  # about 23 s
 //	go run ./examples/outage -clients 1000 -run 20s -outage-start 5s -outage 10s
+//	go run ./examples/outage -capacity 0      # a server with no limit: nothing keeps it down
 //	go run ./examples/outage -readme          # also writes docs/outage.svg, the README's chart
 //
 // Everything stays on this machine: the server listens on 127.0.0.1, and
@@ -58,16 +66,20 @@ func main() {
 func mainErr(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("outage", flag.ContinueOnError)
 	var c config
-	fs.IntVar(&c.Clients, "clients", 300, "client goroutines, each running operations in a loop")
-	fs.IntVar(&c.Instances, "instances", 10, "client processes the goroutines are spread over; each has its own http.Client (and, for sturdy, its own breaker and retry budget)")
-	fs.DurationVar(&c.Run, "run", 7*time.Second, "how long each kind of client runs")
-	fs.DurationVar(&c.OutageStart, "outage-start", time.Second, "when the server goes down, from the start of a run")
-	fs.DurationVar(&c.Outage, "outage", 2500*time.Millisecond, "how long the server stays down")
+	d := defaults()
+	fs.IntVar(&c.Clients, "clients", d.Clients, "client goroutines, each starting operations in a loop")
+	fs.IntVar(&c.Instances, "instances", d.Instances, "client processes the goroutines are spread over; each has its own http.Client (and, for sturdy, its own breaker and retry budget)")
+	fs.DurationVar(&c.Run, "run", d.Run, "how long each kind of client runs")
+	fs.DurationVar(&c.OutageStart, "outage-start", d.OutageStart, "when the server goes down, from the start of a run")
+	fs.DurationVar(&c.Outage, "outage", d.Outage, "how long the server stays down")
 	mode := fs.String("mode", "503", `how the server fails while down: "503" (Service Unavailable) or "reset" (connections dropped)`)
-	fs.DurationVar(&c.Deadline, "deadline", 2*time.Second, "each operation's deadline, every attempt and wait included")
-	fs.DurationVar(&c.Think, "think", 100*time.Millisecond, "pause between a client's operations (±20%)")
-	fs.DurationVar(&c.Backoff, "backoff", 100*time.Millisecond, "first wait of the fixed-backoff client, doubled at each retry")
+	fs.DurationVar(&c.Deadline, "deadline", d.Deadline, "each operation's deadline, every attempt and wait included")
+	fs.DurationVar(&c.Think, "think", d.Think, "time between the starts of a client's operations (±20%); with -closed, the pause after each one")
+	fs.DurationVar(&c.Backoff, "backoff", d.Backoff, "first wait of the fixed-backoff client, doubled at each retry")
 	fs.DurationVar(&c.Cooldown, "cooldown", 0, "sturdy's breaker cooldown; 0 keeps transport.DefaultBreakerCooldown")
+	fs.Float64Var(&c.Capacity, "capacity", d.Capacity, "the server's capacity, as a multiple of the load the clients send when every operation succeeds at once; 0 means no limit")
+	fs.Float64Var(&c.OverloadCost, "overload-cost", d.OverloadCost, "the share of a request's work the server still spends on one it fails for overload")
+	fs.BoolVar(&c.Closed, "closed", false, "each client waits for its operation to end, then thinks, then starts the next (a client failing fast then starts more operations, so success rates do not compare)")
 	svg := fs.String("svg", "outage.svg", "where to write the chart")
 	readme := fs.Bool("readme", false, "also write the chart to docs/outage.svg, the one the README shows (run from the repository root)")
 	fs.SetOutput(out)
@@ -90,9 +102,20 @@ func mainErr(args []string, out io.Writer) error {
 
 	fmt.Fprintf(out, "A local API (loopback) is healthy, goes down from %v to %v (%s), then comes back.\n",
 		c.OutageStart, c.outageEnd(), modeName(c.Mode))
-	fmt.Fprintf(out, "%d client goroutines in %d client processes call it for %v, each operation with a %v deadline\n",
-		c.Clients, c.Instances, c.Run, c.Deadline)
-	fmt.Fprintf(out, "and ~%v of think time between operations. The same workload runs three ways:\n", c.Think)
+	if c.Capacity > 0 {
+		fmt.Fprintf(out, "It can serve %s requests a second (%g× the clients' load); beyond that it fails requests with 503, and\n"+
+			"each one it fails still costs it %g of the work of one it serves, so a retry storm can keep it down once it is back.\n",
+			thousands(int64(c.Capacity*c.baseLoad())), c.Capacity, c.OverloadCost)
+	}
+	if c.Closed {
+		fmt.Fprintf(out, "%d client goroutines in %d client processes call it for %v, each operation with a %v deadline\n",
+			c.Clients, c.Instances, c.Run, c.Deadline)
+		fmt.Fprintf(out, "and ~%v of think time after each operation has ended. The same workload runs three ways:\n", c.Think)
+	} else {
+		fmt.Fprintf(out, "%d callers in %d client processes each start an operation every ~%v for %v, on time whether or not\n",
+			c.Clients, c.Instances, c.Think, c.Run)
+		fmt.Fprintf(out, "their last one has ended (users keep asking), each with a %v deadline. The same workload runs three ways:\n", c.Deadline)
+	}
 	for _, k := range kinds {
 		fmt.Fprintf(out, "  %-14s %s\n", k.String()+":", k.describe(c))
 	}
@@ -102,7 +125,7 @@ func mainErr(args []string, out io.Writer) error {
 	var sums []summary
 	for _, k := range kinds {
 		fmt.Fprintf(out, "running %s... ", k)
-		r, err := run(ctx, c, k)
+		r, err := run(ctx, c, k, loopback)
 		if err != nil {
 			return err
 		}
@@ -136,6 +159,23 @@ func mainErr(args []string, out io.Writer) error {
 		fmt.Fprintf(out, "chart: %s (server requests per 100 ms over time, one line per kind of client, the outage shaded)\n", abs)
 	}
 	return nil
+}
+
+// defaults is the workload the program runs without flags.
+func defaults() config {
+	return config{
+		Clients:      100,
+		Instances:    10,
+		Run:          7 * time.Second,
+		OutageStart:  time.Second,
+		Outage:       2500 * time.Millisecond,
+		Mode:         httptestutil.Outage503,
+		Deadline:     2 * time.Second,
+		Think:        100 * time.Millisecond,
+		Backoff:      100 * time.Millisecond,
+		Capacity:     1.5,
+		OverloadCost: 0.5,
+	}
 }
 
 func saveChart(path string, c config, sums []summary, runs []result) error {
@@ -172,23 +212,27 @@ func printTable(out io.Writer, c config, sums []summary) {
 		return func(s summary) string { return thousands(f(s)) }
 	}
 	row("", func(s summary) string { return s.kind.String() })
+	row("AT A GLANCE", func(summary) string { return "" })
+	row("  operations that succeeded", func(s summary) string { return pct(s.ok, s.ops) })
+	row("  server back after its return [1]", func(s summary) string { return backAfter(c, s) })
+	row(fmt.Sprintf("  requests it got while down (%v)", c.Outage), num(func(s summary) int64 { return s.during }))
 	row("SERVER (requests that reached it)", func(summary) string { return "" })
 	row("  before the outage, peak per 100 ms", num(func(s summary) int64 { return s.baseline }))
-	row(fmt.Sprintf("  during the outage (%v)", c.Outage), num(func(s summary) int64 { return s.during }))
-	row("    peak per 100 ms", num(func(s summary) int64 { return s.duringPeak }))
+	row("  while down, peak per 100 ms", num(func(s summary) int64 { return s.duringPeak }))
 	row("  in the first second after it came back", num(func(s summary) int64 { return s.recovery }))
 	row("    peak per 100 ms", num(func(s summary) int64 { return s.recoveryPeak }))
-	row("  after their caller had given up [1]", num(func(s summary) int64 { return s.late }))
+	row("  failed once back, for lack of capacity [2]", num(func(s summary) int64 { return s.overloaded }))
+	row("  after their caller had given up [3]", num(func(s summary) int64 { return s.late }))
 	row("  in all", num(func(s summary) int64 { return s.total }))
 	row("CALLERS (operations)", func(summary) string { return "" })
 	row("  started", num(func(s summary) int64 { return int64(s.ops) }))
-	row("  succeeded | failed fast (no request sent) [2]", func(s summary) string {
+	row("  succeeded | failed fast (no request sent) [4]", func(s summary) string {
 		return pct(s.ok, s.ops) + " | " + pct(s.open, s.ops)
 	})
 	row("  failed after waiting on the server", func(s summary) string { return pct(s.ops-s.ok-s.open, s.ops) })
 	row("  latency p50", func(s summary) string { return ms(s.p50) })
 	row("  latency p99", func(s summary) string { return ms(s.p99) })
-	row("  time until 99% of new operations succeed [3]", func(s summary) string {
+	row("  time until 99% of new operations succeed [5]", func(s summary) string {
 		if s.neverOK {
 			return "not in this run"
 		}
@@ -215,13 +259,34 @@ func printTable(out io.Writer, c config, sums []summary) {
 		fmt.Fprintln(out, tradeNote(st, sums))
 		fmt.Fprintln(out, breakerNote(c, st.breaker))
 	}
-	fmt.Fprintln(out, "[1] requests whose operation's deadline (sent along in the "+deadlineHeader+" header) had passed when the server got them.")
-	fmt.Fprintln(out, "[2] refused by an open circuit breaker (transport.ErrCircuitOpen) before any attempt was sent: the caller did not")
+	fmt.Fprintln(out, "[1] from the server's return, in 100 ms buckets: the first bucket from which, until the clients stopped starting")
+	fmt.Fprintln(out, "    operations, the server failed at most 1% of the requests it got. \"not by\": it still failed more when the run ended.")
+	if c.Capacity > 0 {
+		fmt.Fprintf(out, "[2] the server serves up to %s requests a second (%g× the clients' load when every call succeeds at once); each\n",
+			thousands(int64(c.Capacity*c.baseLoad())), c.Capacity)
+		fmt.Fprintf(out, "    request beyond that fails with 503 and still costs it %g of the work of one it serves, so retries beyond\n", c.OverloadCost)
+		fmt.Fprintf(out, "    %s a second keep it failing everything. It comes back from the outage cold, with a tenth of a second\n"+
+			"    of work to do before it serves anything.\n",
+			thousands(int64(c.Capacity*c.baseLoad()/max(c.OverloadCost, 0.01))))
+	} else {
+		fmt.Fprintln(out, "[2] none: the server has no capacity limit in this run (-capacity 0).")
+	}
+	fmt.Fprintln(out, "[3] requests whose operation's deadline (sent along in the "+deadlineHeader+" header) had passed when the server got them.")
+	fmt.Fprintln(out, "[4] refused by an open circuit breaker (transport.ErrCircuitOpen) before any attempt was sent: the caller did not")
 	fmt.Fprintln(out, "    wait on a server that was down, and the server got nothing. An operation whose retry met the breaker open after")
 	fmt.Fprintln(out, "    an attempt had failed waited on the server: it counts as failed after waiting.")
-	fmt.Fprintln(out, "[3] from the server's return: operations are grouped by start time in 100 ms buckets; the first bucket from which")
+	fmt.Fprintln(out, "[5] from the server's return: operations are grouped by start time in 100 ms buckets; the first bucket from which")
 	fmt.Fprintln(out, "    every later one had at least 99% of its operations succeed. Latency counts every operation, failed ones too.")
 	fmt.Fprintln(out)
+}
+
+// backAfter says when the server was back after its return, for the
+// table and the chart.
+func backAfter(c config, s summary) string {
+	if s.serverNever {
+		return fmt.Sprintf("not by %gs", c.Run.Seconds())
+	}
+	return fmt.Sprintf("%.1fs", s.serverBack.Seconds())
 }
 
 // tradeNote says what sturdy's callers got, and what a kind that saved

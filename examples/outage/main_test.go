@@ -17,7 +17,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// tiny is a workload small enough for CI: 20 clients, a 0.5 s outage.
+// tiny is a workload small enough for CI: 20 callers, a 0.5 s outage, a
+// server of the program's default capacity.
 func tiny(mode httptestutil.OutageMode) config {
 	return config{
 		Clients:     20,
@@ -29,6 +30,9 @@ func tiny(mode httptestutil.OutageMode) config {
 		Deadline:    time.Second,
 		Think:       50 * time.Millisecond,
 		Backoff:     20 * time.Millisecond,
+
+		Capacity:     1.5,
+		OverloadCost: 0.5,
 	}
 }
 
@@ -43,7 +47,7 @@ func TestRunInvariants(t *testing.T) {
 	var runs []result
 	var ordered []summary
 	for _, k := range kinds {
-		r, err := run(context.Background(), c, k)
+		r, err := run(context.Background(), c, k, loopback)
 		if err != nil {
 			t.Fatalf("run(%v): %v", k, err)
 		}
@@ -80,6 +84,16 @@ func TestRunInvariants(t *testing.T) {
 		if failed == 0 {
 			t.Errorf("%v: the server failed no request, want some during the outage", k)
 		}
+		var overloaded int64
+		for _, b := range r.buckets {
+			overloaded += b.Overloaded
+			if b.Overloaded > b.Failed || (b.Start >= c.OutageStart && b.Start+bucket <= c.outageEnd() && b.Overloaded != 0) {
+				t.Errorf("%v: bucket %+v: overloaded above failed, or overloaded while down", k, b)
+			}
+		}
+		if s.overloaded != overloaded {
+			t.Errorf("%v: overloaded = %d, want the buckets' sum %d", k, s.overloaded, overloaded)
+		}
 		// An operation that began and ended while the server was down
 		// cannot have succeeded.
 		for _, o := range r.ops {
@@ -101,7 +115,8 @@ func TestRunInvariants(t *testing.T) {
 
 	var table bytes.Buffer
 	printTable(&table, c, ordered)
-	for _, want := range []string{"naive loop", "fixed backoff", "sturdy", "during the outage (500ms)", "latency p99", "time until 99% of new operations succeed",
+	for _, want := range []string{"naive loop", "fixed backoff", "sturdy", "operations that succeeded", "server back after its return",
+		"requests it got while down (500ms)", "latency p99", "time until 99% of new operations succeed",
 		"succeeded | failed fast (no request sent)", "failed after waiting on the server"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
@@ -127,6 +142,8 @@ func TestMainErrFlags(t *testing.T) {
 		{[]string{"-outage", "10s"}, "must fit inside the run"},
 		{[]string{"-deadline", "0s"}, "must be positive"},
 		{[]string{"-cooldown", "-1s"}, "-cooldown"},
+		{[]string{"-capacity", "-1"}, "-capacity"},
+		{[]string{"-overload-cost", "1.5"}, "-overload-cost"},
 		{[]string{"-no-such-flag"}, "no-such-flag"},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,8 @@ package main
 import (
 	"slices"
 	"time"
+
+	"github.com/sturdyhttp/sturdy/httptestutil"
 )
 
 // bucket is the width of the time buckets the server counts requests in,
@@ -19,13 +21,16 @@ type summary struct {
 	kind kind
 
 	// Server side: requests that reached the handler.
-	total        int64 // over the whole run
-	baseline     int64 // peak per 100 ms before the outage
-	during       int64 // while the server was down
-	duringPeak   int64 // peak per 100 ms while the server was down
-	recovery     int64 // in the first second after the server came back
-	recoveryPeak int64 // peak per 100 ms in that second
-	late         int64 // arrived after their operation's deadline
+	total        int64         // over the whole run
+	baseline     int64         // peak per 100 ms before the outage
+	during       int64         // while the server was down
+	duringPeak   int64         // peak per 100 ms while the server was down
+	recovery     int64         // in the first second after the server came back
+	recoveryPeak int64         // peak per 100 ms in that second
+	late         int64         // arrived after their operation's deadline
+	overloaded   int64         // failed by the server while up, for lack of capacity
+	serverBack   time.Duration // from the server's return until it failed under 1% of the requests it got
+	serverNever  bool          // the server was not back by the end of the run
 
 	// Client side: operations as their callers saw them.
 	ops       int
@@ -54,7 +59,9 @@ func summarize(c config, r result) summary {
 			s.recovery += b.Requests
 			s.recoveryPeak = max(s.recoveryPeak, b.Requests)
 		}
+		s.overloaded += b.Overloaded
 	}
+	s.serverBack, s.serverNever = serverBack(r.buckets, end, c.Run)
 	lat := make([]time.Duration, 0, len(r.ops))
 	for _, o := range r.ops {
 		lat = append(lat, o.latency)
@@ -69,6 +76,37 @@ func summarize(c config, r result) summary {
 	s.p50, s.p99 = percentile(lat, 0.50), percentile(lat, 0.99)
 	s.recovered, s.neverOK = recoveryTime(r.ops, end)
 	return s
+}
+
+// serverTarget is the largest share of its requests the server may fail
+// in a time bucket that counts as back.
+const serverTarget = 0.01
+
+// serverBack looks at the server's buckets from its return (at end) to the
+// end of the run (run: after it, no new operation starts, and the load
+// falls for reasons of its own), and finds the first bucket from which
+// every later one had the server fail at most 1% of its requests (a
+// bucket without requests fails none). It returns that bucket's start, measured from end, or never = true when
+// even the run's last bucket fell short.
+func serverBack(buckets []httptestutil.OutageBucket, end, run time.Duration) (d time.Duration, never bool) {
+	first := time.Duration(-1)
+	for i := len(buckets) - 1; i >= 0; i-- {
+		b := buckets[i]
+		if b.Start < end {
+			break
+		}
+		if b.Start+bucket > run {
+			continue
+		}
+		if float64(b.Failed) > serverTarget*float64(b.Requests) {
+			break
+		}
+		first = b.Start
+	}
+	if first < 0 {
+		return 0, true
+	}
+	return first - end, false
 }
 
 // percentile returns the nearest-rank q-quantile of sorted durations, 0

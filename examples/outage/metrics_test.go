@@ -113,7 +113,7 @@ func TestSummarize(t *testing.T) {
 		kind: kindSturdy, total: 276, baseline: 12, during: 100, duringPeak: 50,
 		recovery: 55, recoveryPeak: 40, late: 4,
 		ops: 4, ok: 2, open: 1, p50: 10 * time.Millisecond, p99: 30 * time.Millisecond,
-		recovered: ms100,
+		recovered: ms100, serverBack: 0,
 	}
 	if got != want {
 		t.Errorf("summarize =\n%+v\nwant\n%+v", got, want)
@@ -204,6 +204,34 @@ func TestBreakerNote(t *testing.T) {
 		}
 		if tt.b.openAtEnd == 0 && strings.Contains(got, "still open") {
 			t.Errorf("%s: breakerNote = %q, want no \"still open\"", tt.name, got)
+		}
+	}
+}
+
+func TestServerBack(t *testing.T) {
+	end, run := time.Second, 2*time.Second
+	b := func(at time.Duration, requests, failed int64) httptestutil.OutageBucket {
+		return httptestutil.OutageBucket{Start: at, Requests: requests, Failed: failed}
+	}
+	tests := []struct {
+		name      string
+		buckets   []httptestutil.OutageBucket
+		want      time.Duration
+		wantNever bool
+	}{
+		{"nothing after the return", []httptestutil.OutageBucket{b(0, 10, 0), b(5*ms100, 10, 10)}, 0, true},
+		{"back at once", []httptestutil.OutageBucket{b(9*ms100, 10, 10), b(end, 10, 0), b(end+ms100, 10, 0)}, 0, false},
+		{"an empty bucket fails nothing", []httptestutil.OutageBucket{b(end, 0, 0), b(end+ms100, 10, 0)}, 0, false},
+		{"1% is back", []httptestutil.OutageBucket{b(end, 100, 1), b(end+ms100, 10, 0)}, 0, false},
+		{"2% is not", []httptestutil.OutageBucket{b(end, 100, 2), b(end+ms100, 10, 0)}, ms100, false},
+		{"a relapse moves it", []httptestutil.OutageBucket{b(end, 10, 0), b(end+ms100, 10, 5), b(end+2*ms100, 10, 0)}, 2 * ms100, false},
+		{"still failing at the end of the run", []httptestutil.OutageBucket{b(end, 10, 0), b(run-ms100, 10, 10)}, 0, true},
+		{"buckets after the run do not count", []httptestutil.OutageBucket{b(end, 10, 0), b(run, 10, 10)}, 0, false},
+	}
+	for _, tt := range tests {
+		got, never := serverBack(tt.buckets, end, run)
+		if got != tt.want || never != tt.wantNever {
+			t.Errorf("%s: serverBack = %v, %v; want %v, %v", tt.name, got, never, tt.want, tt.wantNever)
 		}
 	}
 }

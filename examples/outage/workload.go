@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,10 +77,34 @@ type config struct {
 	Outage      time.Duration           // how long it stays down
 	Mode        httptestutil.OutageMode // how it fails while down
 	Deadline    time.Duration           // each operation's deadline, all attempts included
-	Think       time.Duration           // pause between a goroutine's operations, ±20%
+	Think       time.Duration           // between the starts of a caller's operations, ±20% (Closed: the pause after each)
 	Backoff     time.Duration           // first wait of the fixed-backoff client
 	Cooldown    time.Duration           // sturdy's breaker cooldown; 0 keeps the default
+
+	// Capacity is what the server can serve, as a multiple of the load
+	// the clients send when every operation succeeds at its first attempt
+	// (Clients / Think a second); 0 means no limit.
+	Capacity float64
+	// OverloadCost is the share of a request's work the server still
+	// spends on a request it fails for overload.
+	OverloadCost float64
+	// Closed makes each client wait for its operation to end before it
+	// thinks and starts the next one.
+	Closed bool
 }
+
+// baseLoad is the requests a second the clients send when every
+// operation succeeds at its first attempt.
+func (c config) baseLoad() float64 { return float64(c.Clients) / c.Think.Seconds() }
+
+// network is where a run's server listens and how its clients reach it.
+type network struct {
+	listen func() (net.Listener, error)
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error) // nil: the system's dialer
+}
+
+// loopback is the real network of this machine: a port on 127.0.0.1.
+var loopback = network{listen: func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }}
 
 // outageEnd is when the server comes back, from the start of the run.
 func (c config) outageEnd() time.Duration { return c.OutageStart + c.Outage }
@@ -100,6 +125,8 @@ func (c config) validate() error {
 		return fmt.Errorf("outage: -outage-start and -outage must be whole multiples of %v", bucket)
 	case c.Cooldown < 0:
 		return errors.New("outage: -cooldown must not be negative")
+	case c.Capacity < 0 || c.OverloadCost < 0 || c.OverloadCost > 1:
+		return errors.New("outage: -capacity must not be negative, and -overload-cost must be between 0 and 1")
 	}
 	return nil
 }
@@ -221,12 +248,12 @@ func (l *breakerLog) result() breakerStats {
 }
 
 // run runs the workload with clients of kind k against a fresh outage
-// emulator on a loopback port, and returns when every operation has
+// emulator listening on nw, and returns when every operation has
 // ended and the server is closed.
-func run(ctx context.Context, c config, k kind) (result, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func run(ctx context.Context, c config, k kind, nw network) (result, error) {
+	ln, err := nw.listen()
 	if err != nil {
-		return result{}, fmt.Errorf("outage: listening on loopback: %w", err)
+		return result{}, fmt.Errorf("outage: listening: %w", err)
 	}
 	url := "http://" + ln.Addr().String() + "/v1/work"
 
@@ -236,6 +263,9 @@ func run(ctx context.Context, c config, k kind) (result, error) {
 		Duration: c.Outage,
 		Mode:     c.Mode,
 		Horizon:  c.Run + c.Deadline + time.Second,
+
+		Capacity:     c.Capacity * c.baseLoad(),
+		OverloadCost: cmp.Or(c.OverloadCost, -1), // zero here means none, as the emulator's negative does
 	})
 	var late atomic.Int64
 	srv := &http.Server{
@@ -257,7 +287,7 @@ func run(ctx context.Context, c config, k kind) (result, error) {
 	calls := make([]func(context.Context) op, c.Instances)
 	var closers []func()
 	for i := range calls {
-		call, closeIdle := newClient(c, k, url, breakers.hook(i), breakers.attempt(i))
+		call, closeIdle := newClient(c, k, url, nw.dial, breakers.hook(i), breakers.attempt(i))
 		calls[i] = call
 		closers = append(closers, closeIdle)
 	}
@@ -267,7 +297,11 @@ func run(ctx context.Context, c config, k kind) (result, error) {
 	var wg sync.WaitGroup
 	for g := range c.Clients {
 		wg.Go(func() {
-			perClient[g] = loop(ctx, c, start, calls[g%c.Instances])
+			if c.Closed {
+				perClient[g] = loop(ctx, c, start, calls[g%c.Instances])
+			} else {
+				perClient[g] = arrive(ctx, c, start, calls[g%c.Instances])
+			}
 		})
 	}
 	wg.Wait()
@@ -315,6 +349,49 @@ func loop(ctx context.Context, c config, start time.Time, call func(context.Cont
 	return ops
 }
 
+// arrive is one caller of the fleet: after a random pause (so the fleet
+// does not start in step), it starts an operation every c.Think ±20%, on
+// time whether or not its earlier operations have ended (users and
+// upstream services keep asking), until c.Run has passed since start or
+// ctx is done. It returns when its operations have ended.
+func arrive(ctx context.Context, c config, start time.Time, call func(context.Context) op) []op {
+	var (
+		mu  sync.Mutex
+		ops []op
+		wg  sync.WaitGroup
+	)
+	next := start.Add(rand.N(c.Think))
+	for {
+		if !pause(ctx, time.Until(next)) {
+			break
+		}
+		t0 := time.Now()
+		if t0.Sub(start) >= c.Run {
+			break
+		}
+		wg.Go(func() {
+			octx, cancel := context.WithTimeout(ctx, c.Deadline)
+			defer cancel()
+			o := call(octx)
+			o.start = t0.Sub(start)
+			o.latency = time.Since(t0)
+			mu.Lock()
+			ops = append(ops, o)
+			mu.Unlock()
+		})
+		next = next.Add(c.Think*4/5 + rand.N(c.Think*2/5+1))
+		for time.Until(next) < -c.Think {
+			// This machine fell behind: the operations it could not start on
+			// time are skipped, not started in a burst that no user would
+			// send, and the caller keeps its own phase, out of step with the
+			// others (the lag meter reports the stretch).
+			next = next.Add(c.Think)
+		}
+	}
+	wg.Wait()
+	return ops
+}
+
 // pause sleeps d, or less if ctx ends; it reports whether ctx is still
 // live.
 func pause(ctx context.Context, d time.Duration) bool {
@@ -332,11 +409,20 @@ func pause(ctx context.Context, d time.Duration) bool {
 // one operation against url, and one that closes its idle connections.
 // onBreaker and onAttempt observe sturdy's breaker and attempts; they
 // change nothing.
-// Every kind sends its attempts through its own
-// cleanhttp.DefaultPooledTransport, the base transport.New uses by
-// default, so the kinds differ only in how they retry.
-func newClient(c config, k kind, url string, onBreaker func(string, transport.BreakerState, transport.BreakerState),
-	onAttempt func(policy.AttemptEvent)) (func(context.Context) op, func()) {
+// Every kind sends its attempts through its own pooled transport, made
+// as transport.New makes its default base (cleanhttp's, keeping up to
+// transport.DefaultMaxIdleConnsPerHost idle connections), so the kinds
+// differ only in how they retry.
+func newClient(c config, k kind, url string, dial func(context.Context, string, string) (net.Conn, error),
+	onBreaker func(string, transport.BreakerState, transport.BreakerState), onAttempt func(policy.AttemptEvent)) (func(context.Context) op, func()) {
+	pooled := func() *http.Transport {
+		t := cleanhttp.DefaultPooledTransport()
+		t.MaxIdleConnsPerHost = transport.DefaultMaxIdleConnsPerHost
+		if dial != nil {
+			t.DialContext = dial
+		}
+		return t
+	}
 	switch k {
 	case kindSturdy:
 		counted := func(ev policy.AttemptEvent) {
@@ -347,7 +433,12 @@ func newClient(c config, k kind, url string, onBreaker func(string, transport.Br
 				onAttempt(ev)
 			}
 		}
+		var base http.RoundTripper // nil: transport.New's own default
+		if dial != nil {
+			base = pooled()
+		}
 		rt := transport.New(transport.Options{
+			Base:    base,
 			Timeout: c.Deadline,
 			Breaker: transport.BreakerSettings{Cooldown: c.Cooldown}, // zero: the default
 			Hooks:   transport.Hooks{OnBreakerStateChange: onBreaker, OnAttempt: counted},
@@ -362,12 +453,12 @@ func newClient(c config, k kind, url string, onBreaker func(string, transport.Br
 			return op{ok: err == nil, open: err != nil && sent.Load() == 0 && errors.Is(err, transport.ErrCircuitOpen)}
 		}, hc.CloseIdleConnections
 	case kindBackoff:
-		hc := &http.Client{Transport: cleanhttp.DefaultPooledTransport()}
+		hc := &http.Client{Transport: pooled()}
 		return func(ctx context.Context) op {
 			return op{ok: retryBackoff(ctx, hc, url, c.Backoff) == nil}
 		}, hc.CloseIdleConnections
 	default:
-		hc := &http.Client{Transport: cleanhttp.DefaultPooledTransport()}
+		hc := &http.Client{Transport: pooled()}
 		return func(ctx context.Context) op {
 			return op{ok: retryNaive(ctx, hc, url) == nil}
 		}, hc.CloseIdleConnections

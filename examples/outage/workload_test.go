@@ -38,7 +38,7 @@ func TestFailedFastSentNothing(t *testing.T) {
 			v.(*atomic.Int64).Add(1)
 		}
 	}
-	call, closeIdle := newClient(c, kindSturdy, srv.URL, func(string, transport.BreakerState, transport.BreakerState) {}, onAttempt)
+	call, closeIdle := newClient(c, kindSturdy, srv.URL, nil, func(string, transport.BreakerState, transport.BreakerState) {}, onAttempt)
 	defer closeIdle()
 	var (
 		wg                sync.WaitGroup

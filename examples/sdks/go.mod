@@ -14,6 +14,8 @@ require (
 	github.com/openai/openai-go/v3 v3.96.0
 	github.com/stripe/stripe-go/v85 v85.0.0
 	github.com/sturdyhttp/sturdy v0.0.0
+	github.com/sturdyhttp/sturdy/sturdyotel v0.0.0
+	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.72.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -38,6 +40,7 @@ require (
 	github.com/buger/jsonparser v1.1.2 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coder/websocket v1.8.15 // indirect
+	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/go-querystring v1.2.0 // indirect
@@ -59,3 +62,5 @@ require (
 )
 
 replace github.com/sturdyhttp/sturdy => ../..
+
+replace github.com/sturdyhttp/sturdy/sturdyotel => ../../sturdyotel

@@ -128,6 +128,9 @@ func (s *orders) create(w http.ResponseWriter, r *http.Request) {
 	chargeKey := "charge-" + r.Header.Get(idempotency.DefaultHeader)
 	charge, err := s.charge(r, o, chargeKey)
 	if err != nil {
+		// No order was made, and payments replays any charge it made
+		// under chargeKey: a retry repeats nothing, so release the key.
+		idempotency.NothingDone(r.Context())
 		problem(w, http.StatusBadGateway, err.Error())
 		return
 	}

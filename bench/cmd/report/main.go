@@ -230,7 +230,7 @@ func runAll(raw, header *bytes.Buffer, fams []family, count int, benchtime, out 
 		cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, goVersion(), loadBefore, loadavg())
 }
 
-// targets prints the targets and whether this run met them.
+// targets prints the success path's targets and whether this run met them.
 func targets(w io.Writer, tables []*table) {
 	find := func(group string) *table {
 		for _, t := range tables {

@@ -1,0 +1,91 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+)
+
+// Verdict is what one attempt's outcome says, decided by [Judge]: every
+// layer that counts or judges an attempt (breaker, quota, throttle,
+// hedge, retry) reads these facts from here, so that each has one rule.
+type Verdict struct {
+	// Sent reports whether the request may have reached the server.
+	// It is false for a layer's refusal, the caller's error and a
+	// connection never made: such a request used no quota.
+	Sent bool
+	// Refusal names what refused the request unsent (see [Refusal]);
+	// empty when nothing did.
+	Refusal Reason
+	// Host is what the outcome says of the host's health.
+	Host HostVerdict
+	// Accepted reports whether the server took the request: a response
+	// under 500 other than 429. Adaptive throttling counts it.
+	Accepted bool
+	// Overloaded reports an overloaded server's answer, a 503 or a 529:
+	// what a client-side throttle sheds load for.
+	Overloaded bool
+}
+
+// Judge decides the [Verdict] of the outcome o. o.CallerEnded says
+// whether the caller's own context had ended (canceled, or its deadline
+// passed); o.NotConnected whether no connection was made.
+//
+// The outcome says nothing of the host (HostIgnored) when the caller
+// ended the attempt, when the request could not be sent as written
+// ([IsCallerError]), when a layer refused it unsent, or when net/http
+// proves the server did not process it ([NotProcessed]). Otherwise an
+// error, or a 5xx, is HostFailing, and any other response, 4xx
+// included, is HostHealthy: a 429 comes from a host that is up and
+// answering, and is for rate limiting to handle, not for a breaker.
+func Judge(o Outcome) Verdict {
+	if o.Err == nil && o.Response != nil {
+		return JudgeStatus(o.Response.StatusCode)
+	}
+	return judgeFailure(&o)
+}
+
+// JudgeStatus is [Judge]'s verdict on an attempt answered with the status
+// code c, for callers that have a response and no error.
+func JudgeStatus(c int) Verdict {
+	v := Verdict{Sent: true, Host: HostHealthy}
+	v.Accepted = c < 500 && c != http.StatusTooManyRequests
+	v.Overloaded = c == http.StatusServiceUnavailable || c == 529
+	if c >= 500 {
+		v.Host = HostFailing
+	}
+	return v
+}
+
+// judgeFailure is Judge's verdict on an error, or on no response.
+func judgeFailure(o *Outcome) Verdict {
+	req, err := o.Request, o.Err
+	var v Verdict
+	if err != nil {
+		v.Refusal, _ = RefusedBy(err)
+		caller := IsCallerError(req, err)
+		v.Sent = v.Refusal == "" && !caller && !notConnected(o)
+		if o.CallerEnded || errors.Is(err, context.Canceled) || caller || v.Refusal != "" {
+			return v // HostIgnored
+		}
+		if _, ok := NotProcessed(err); ok {
+			return v // HostIgnored: a server draining its connections for a deploy is not failing
+		}
+		v.Host = HostFailing
+		return v
+	}
+	v.Sent = true
+	v.Host = HostFailing // no response and no error: a broken RoundTripper
+	return v
+}
+
+// notConnected reports whether o's error proves that no connection was
+// made: a dial that failed, or o.NotConnected.
+func notConnected(o *Outcome) bool {
+	if o.NotConnected {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(o.Err, &op) && op.Op == "dial"
+}

@@ -1,0 +1,3 @@
+module github.com/sturdyhttp/sturdy/tools/vulndb
+
+go 1.26.0

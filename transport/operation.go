@@ -1,0 +1,235 @@
+package transport
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/policy"
+	"github.com/sturdyhttp/sturdy/ratelimit"
+)
+
+// The layers of a stack cooperate through each operation's context, never
+// by reference: context values pass through any RoundTripper in between
+// (an OpenTelemetry transport, an SDK's logger, an oauth2 transport),
+// since a clone keeps them. So a stack built with [Chain] from the same
+// layers behaves as [New], whatever stands between them.
+//
+// Two things travel there:
+//
+//   - the stack: what its layers learn of each other as requests pass
+//     (the Breaker and RateLimitAware beneath, which Retry and Hedge ask
+//     before they wait; the budget of the Retry above, which a Hedge
+//     shares; the Timeout's idle cut). The outermost layer that carries
+//     it makes it once, with itself;
+//   - the operation's record: what Retry says of how it ended, for
+//     [OperationOf], made only when an operation needs a second attempt
+//     or ends on a failure.
+
+// stack is what the layers beneath one layer learn of each other. Every
+// field is set once, by the first request that passes the layer it
+// names, and read by any: requests run at once.
+type stack struct {
+	// idleCut is the Timeout layer's idle cut, with which Retry and
+	// Hedge read the failed bodies they judge; nil means none.
+	idleCut atomic.Pointer[DeadlineError]
+	// retry is the Retry layer that counts operations in its budget: a
+	// Hedge beneath draws its hedges from the same budget.
+	retry atomic.Pointer[retryConfig]
+	// breakers and tracker are the Breaker and RateLimitAware beneath:
+	// Retry and Hedge ask them whether a later attempt would be
+	// refused, so that nothing waits only to be refused.
+	breakers atomic.Pointer[Breakers]
+	tracker  atomic.Pointer[ratelimit.Tracker]
+}
+
+type stackKey struct{}
+
+// stackOf returns the stack that ctx carries, nil when none does.
+func stackOf(ctx context.Context) *stack {
+	s, _ := ctx.Value(stackKey{}).(*stack)
+	return s
+}
+
+// refusedAt returns the error that an attempt of req made at the time
+// at would meet from the layers beneath: an open breaker, a host paused
+// or a quota spent past at. Nil means it would be sent.
+func (s *stack) refusedAt(req *http.Request, at time.Time) error {
+	if s == nil {
+		return nil
+	}
+	if b := s.breakers.Load(); b != nil {
+		if err := b.refusedAt(req, at); err != nil {
+			return err
+		}
+	}
+	if t := s.tracker.Load(); t != nil {
+		return t.RefusedAt(req, at)
+	}
+	return nil
+}
+
+// hedgeRefusedAt is refusedAt for a hedge: a copy beside one sent
+// already, which a breaker that is not closed refuses (see
+// [Breakers.hedgeRefusedAt]).
+func (s *stack) hedgeRefusedAt(req *http.Request, at time.Time) error {
+	if s == nil {
+		return nil
+	}
+	if b := s.breakers.Load(); b != nil {
+		return b.hedgeRefusedAt(req, at)
+	}
+	return nil
+}
+
+// retryConfig returns the Retry layer above that counts operations in
+// its budget, nil when there is none.
+func (s *stack) retryConfig() *retryConfig {
+	if s == nil {
+		return nil
+	}
+	return s.retry.Load()
+}
+
+// cut returns the idle cut with which failed bodies are read, nil when
+// there is none.
+func (s *stack) cut() *DeadlineError {
+	if s == nil {
+		return nil
+	}
+	return s.idleCut.Load()
+}
+
+// join records v in f, once: the first request through a layer tells
+// the stack of it.
+func join[T any](f *atomic.Pointer[T], v *T) {
+	if f.Load() == nil {
+		f.Store(v)
+	}
+}
+
+// joinBreakers tells s (when set) of the Breaker b beneath.
+func (s *stack) joinBreakers(b *Breakers) {
+	if s != nil {
+		join(&s.breakers, b)
+	}
+}
+
+// joinTracker tells s (when set) of the quota tracker t beneath.
+func (s *stack) joinTracker(t *ratelimit.Tracker) {
+	if s != nil {
+		join(&s.tracker, t)
+	}
+}
+
+// joinRetry tells s (when set) of the Retry c above.
+func (s *stack) joinRetry(c *retryConfig) {
+	if s != nil {
+		join(&s.retry, c)
+	}
+}
+
+// opRecord is one operation's record: what Retry says of how it ended,
+// for [OperationOf]. Its context also carries the stack when no layer
+// above made one.
+type opRecord struct {
+	stack    *stack        // the stack, when the layer that made the record carries it
+	base     *http.Request // the caller's request, its context carrying the record
+	attempts int
+	reason   policy.Reason
+	waited   time.Duration
+}
+
+// recordCtx carries an opRecord: one allocation for the record and the
+// context that holds it.
+type recordCtx struct {
+	context.Context
+	rec opRecord
+}
+
+type opRecordKey struct{}
+
+func (c *recordCtx) Value(key any) any {
+	switch key {
+	case opRecordKey{}:
+		return &c.rec
+	case stackKey{}:
+		if c.rec.stack != nil {
+			return c.rec.stack
+		}
+	}
+	return c.Context.Value(key)
+}
+
+// record returns req with a record in its context, making both when *rec
+// is nil; the new context carries s too, when s is set.
+func record(rec **opRecord, req *http.Request, s *stack) *http.Request {
+	if *rec == nil {
+		c := &recordCtx{Context: req.Context()}
+		c.rec.stack = s
+		c.rec.base = req.WithContext(c)
+		*rec = &c.rec
+	}
+	return (*rec).base
+}
+
+// opRecordOf returns the record in ctx, nil when there is none.
+func opRecordOf(ctx context.Context) *opRecord {
+	rec, _ := ctx.Value(opRecordKey{}).(*opRecord)
+	return rec
+}
+
+// Operation is how an operation through [Retry] ended: how many
+// attempts reached the server, why no further one was made, and how
+// long it waited between them. [OperationOf] gives it for a response.
+type Operation struct {
+	// Attempts is the number of attempts sent.
+	Attempts int
+	// Reason is why the operation ended on a failure status; empty on
+	// success.
+	Reason policy.Reason
+	// Waited is the time spent waiting between attempts.
+	Waited time.Duration
+}
+
+// OperationOf returns how the operation that resp ends went, when it
+// passed a [Retry] layer; ok is false otherwise. It answers through
+// [http.Client] and any RoundTripper above the stack, so that a caller
+// who gets a 503 after retries learns how many attempts were made and
+// why they stopped.
+func OperationOf(resp *http.Response) (op Operation, ok bool) {
+	if resp == nil || resp.Request == nil {
+		return Operation{}, false
+	}
+	ctx := resp.Request.Context()
+	if rec := opRecordOf(ctx); rec != nil {
+		return Operation{Attempts: rec.attempts, Reason: rec.reason, Waited: rec.waited}, true
+	}
+	if stackOf(ctx).retryConfig() != nil {
+		return Operation{Attempts: 1}, true // a success at the first attempt
+	}
+	return Operation{}, false
+}
+
+// stackCtx carries a stack made by a layer that found none above it.
+type stackCtx struct {
+	context.Context
+	s *stack
+}
+
+func (c *stackCtx) Value(key any) any {
+	if key == (stackKey{}) {
+		return c.s
+	}
+	return c.Context.Value(key)
+}
+
+// withStack returns req's stack, and req with it: req itself when its
+// context carries one already, else a copy whose context carries own.
+func withStack(req *http.Request, own *stack) (*stack, *http.Request) {
+	if s := stackOf(req.Context()); s != nil {
+		return s, req
+	}
+	return own, req.WithContext(&stackCtx{Context: req.Context(), s: own})
+}
