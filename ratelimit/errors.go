@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -24,12 +25,51 @@ type QuotaError struct {
 	// Reason says what the wait was for: one of the Reason constants
 	// ([ReasonQuota], [ReasonRetryAfter], ...).
 	Reason string
+	// Status is the status of the response that paused the host
+	// ([ReasonRetryAfter]); zero when no response did (Tracker.Pause).
+	Status int
+	// RetryAfter is the pause the response's Retry-After asked for, as
+	// read; zero for a pause after a 429 that named no wait.
+	RetryAfter time.Duration
+	// Hold is how long the host (or the quota's routes) is held when
+	// the server asked for longer than [Options.MaxPause]; zero otherwise.
+	Hold time.Duration
 }
 
-// Error returns a message such as
-// "ratelimit: quota exhausted for https://api.example.com (resets in 4.2s)".
+// Error returns a message that says what holds the request, such as
+// "ratelimit: quota exhausted for https://api.example.com (resets in 4.2s)"
+// or "ratelimit: https://api.example.com paused by the server's
+// Retry-After on a 503 for 8760h0m0s; holding 1m0s (resumes in 59.9s)".
 func (e *QuotaError) Error() string {
-	return "ratelimit: quota exhausted for " + e.Key + " (resets in " + roundWait(e.Wait).String() + ")"
+	wait := roundWait(e.Wait).String()
+	hold := ""
+	if e.Hold > 0 {
+		hold = "; holding " + roundWait(e.Hold).String()
+	}
+	switch e.Reason {
+	case ReasonRetryAfter:
+		var by string
+		switch {
+		case e.RetryAfter > 0 && e.Status > 0:
+			by = " by the server's Retry-After on a " + strconv.Itoa(e.Status) + " for " + roundWait(e.RetryAfter).String()
+		case e.RetryAfter > 0:
+			by = " for " + roundWait(e.RetryAfter).String()
+		case e.Status > 0:
+			by = " after a " + strconv.Itoa(e.Status) + " that named no wait"
+		}
+		return "ratelimit: " + e.Key + " paused" + by + hold + " (resumes in " + wait + ")"
+	case ReasonClientRate, ReasonThrottle, ReasonReleaseRate, ReasonFleet:
+		return "ratelimit: " + e.Key + " held by the " + reasonNames[e.Reason] + " for " + wait
+	}
+	return "ratelimit: quota exhausted for " + e.Key + " (resets in " + wait + hold + ")"
+}
+
+// reasonNames names the holds of the Tracker's own making in messages.
+var reasonNames = map[string]string{
+	ReasonClientRate:  "client-side rate",
+	ReasonThrottle:    "rate learned from 429s",
+	ReasonReleaseRate: "release after a pause",
+	ReasonFleet:       "fleet's shared quota",
 }
 
 // Unwrap returns [ErrQuotaExhausted].

@@ -27,14 +27,25 @@ type hostState struct {
 	common quotaSet // the quotas every known route is counted against
 	tick   int64    // counts updates, to find the least recently updated
 
-	pause time.Time // end of the pause in force (server-asked, or after a bare 429)
+	pause time.Time  // end of the pause in force (server-asked, or after a bare 429)
+	cause pauseCause // what asked for it
+	// maxPause is Options.MaxPause: the longest a pause or a spent
+	// quota's reset holds the host (or the quota's routes) at once.
+	maxPause time.Duration
 	// held counts the responses that asked for the pause in force: the
 	// requests likely to come back when it ends.
 	held    int
 	release spread
 	thr     throttle
-	client  *rate.Limiter // Options.Rate; nil when off
-	news    chan struct{} // closed by the next response; nil when nobody waits
+	// refusedSent is when the latest request refused by a 429 with
+	// Retry-After was let through; excess is when the host last accepted
+	// a request let through after it (see excessOnly); cutsInRow counts
+	// such 429s taken as the excess since the last success.
+	refusedSent, excess time.Time
+	cutsInRow           int
+	bare                barePause
+	client              *rate.Limiter // Options.Rate; nil when off
+	news                chan struct{} // closed by the next response; nil when nobody waits
 }
 
 // quotaState is one quota of a host, counted down between responses.
@@ -57,6 +68,82 @@ type quotaState struct {
 	// replaces it.
 	guessed bool
 	used    int64
+	// said is the Remaining the last response told, at saidAt, of a
+	// window that resets at saidReset; refills is set once a later
+	// response told more before then (see update).
+	said              int
+	saidAt, saidReset time.Time
+	refills           bool
+	// probe is set while one request goes before the reset of a spent
+	// quota whose rate is known, to find out whether it refills; refused
+	// counts such probes refused in a row.
+	probe   bool
+	refused int
+	// holdFrom is when the hold of a reset further than maxPause began:
+	// the quota holds its routes until holdFrom+maxPause, then lets one
+	// request go to ask again.
+	holdFrom time.Time
+}
+
+// probeAt returns when a request may go before the reset of q, spent,
+// to find out whether it refills, and false when none is to go: only
+// while the window the last response told of is still running, the
+// quota's rate is known (limit a window of a second or less: a longer
+// window is held to its reset, exactly) or the host refuses only the
+// excess (excess) and the reset is a second or two away, and fewer than
+// probeRefusals probes in a row were refused. One goes an interval of
+// that rate after the last response; while it is out, the others look
+// again an interval later. A probe accepted shows the quota refills.
+func (q *quotaState) probeAt(now time.Time, excess bool) (time.Time, bool) {
+	w := q.window
+	if w == 0 && excess && q.saidReset.Sub(q.saidAt) <= 2*time.Second {
+		// No window said, a reset a second or two away, on a host that
+		// refuses only the excess: a quota a second, counted as a
+		// sliding window or a bucket most likely.
+		w = time.Second
+	}
+	if q.refused >= probeRefusals || q.limit <= 0 || w <= 0 || w > maxOwnWait || q.tokens() ||
+		!now.Before(q.reset) || !now.Before(q.saidReset) {
+		return time.Time{}, false
+	}
+	iv := w / time.Duration(q.limit)
+	at := q.saidAt.Add(iv)
+	if q.probe {
+		at = later(at, now.Add(iv))
+	}
+	return at, true
+}
+
+// probeRefusals is how many probes in a row a quota refuses before it
+// is taken for a fixed window, spent until its reset.
+const probeRefusals = 3
+
+// pauseCause is what asked for a host's pause, for the error of a
+// request it refuses.
+type pauseCause struct {
+	status     int           // the response's status; 0 for Tracker.Pause
+	retryAfter time.Duration // what its Retry-After asked; 0 when it named no wait
+	asked      time.Time     // the end the server asked for, when later than the pause's
+}
+
+// holdEnd returns until when q, spent, holds the requests it counts at
+// now: its reset, or when that is more than max away, the end of a hold
+// of max. It returns the zero time when such a hold is over: the request
+// then goes to ask the server, and, with probe, a new hold starts now.
+func (q *quotaState) holdEnd(now time.Time, max time.Duration, probe bool) time.Time {
+	if q.reset.Sub(now) <= max {
+		return q.reset
+	}
+	if q.holdFrom.IsZero() || q.holdFrom.After(now) {
+		q.holdFrom = now
+	}
+	if end := q.holdFrom.Add(max); now.Before(end) {
+		return end
+	}
+	if probe {
+		q.holdFrom = now
+	}
+	return time.Time{}
 }
 
 // named reports whether the quota names its resource (GitHub's
@@ -68,7 +155,7 @@ func (q *quotaState) named() bool { return fleetName(q.resource, q.policy, q.fam
 // its count goes: at or below reserve (never, with reserve < 0); a
 // tokens quota only at zero, since its count is not counted down here.
 func (q *quotaState) spent(reserve int) bool {
-	if reserve < 0 || q.remaining == Unknown {
+	if reserve < 0 || q.remaining == Unknown || q.refills {
 		return false
 	}
 	return q.remaining <= reserve && !(q.tokens() && q.remaining > 0)
@@ -90,7 +177,12 @@ type spread struct {
 
 // verdict is what the state of a host says to one request.
 type verdict struct {
-	until  time.Time     // wait until then, unless zero
+	until time.Time // wait until then, unless zero
+	// asked is when the server's own word (a Retry-After, a reset) ends
+	// the wait, when MaxPause made until sooner: a request whose budget
+	// ends before it fails at once.
+	asked  time.Time
+	cause  pauseCause    // ReasonRetryAfter: what asked for the pause
 	reason string        // why; "" means go
 	own    bool          // a wait of the Tracker's own making (spread, pace)
 	news   chan struct{} // ReasonAwaitQuota: wait for this to close
@@ -98,15 +190,16 @@ type verdict struct {
 
 // admission is what one request has been through so far in admit.
 type admission struct {
-	paced    bool   // has its slot at the learned rate
-	epoch    uint32 // of the schedule its slot is in
-	released bool   // has its place in a release spread, or needs none
-	waited   bool   // has waited for a pause
-	giveUp   bool   // has waited for news of a new window once
+	paced    bool     // has its slot at the learned rate
+	epoch    uint32   // of the schedule its slot is in
+	released bool     // has its place in a release spread, or needs none
+	waited   bool     // has waited for a pause
+	giveUp   bool     // has waited for news of a new window once
+	probes   quotaSet // the spent quotas it goes before the reset of, as a probe
 }
 
 func newHostState(o *Options) *hostState {
-	h := &hostState{}
+	h := &hostState{maxPause: o.maxPause()}
 	if o.Rate > 0 {
 		h.client = rate.NewLimiter(o.Rate, o.burst())
 	}
@@ -122,7 +215,7 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	// Wait for the latest of the pause and the resets of the exhausted
 	// quotas that count the request, all at once, so that a wait that
 	// cannot end in time is refused before any of it is spent.
-	var until time.Time
+	var until, asked time.Time
 	paused := now.Before(h.pause)
 	await := false
 	for i := range h.quotas[:h.nq] {
@@ -136,10 +229,21 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		if !q.spent(reserve) {
 			continue
 		}
+		probeAt, probing := q.probeAt(now, h.excessOnly(now))
+		if a.probes&(1<<i) != 0 || probing && !q.probe && !now.Before(probeAt) {
+			q.probe = true
+			a.probes |= 1 << i
+			continue // it goes to find out whether the quota refills
+		}
 		if !q.reset.IsZero() {
-			if q.reset.After(until) {
-				until = q.reset
+			end := q.holdEnd(now, h.maxPause, true)
+			if end.IsZero() {
+				continue // a capped hold is over: this request asks again
 			}
+			if probing && probeAt.Before(end) {
+				end = probeAt
+			}
+			until, asked = later(until, end), later(asked, q.reset)
 			continue
 		}
 		if q.awaiting && q.sentSinceRoll > 0 && !a.giveUp {
@@ -148,11 +252,14 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	}
 	if paused && !h.pause.Before(until) {
 		a.waited = true
-		return verdict{until: h.pause, reason: ReasonRetryAfter}
+		return verdict{until: h.pause, asked: later(asked, h.cause.asked), cause: h.cause, reason: ReasonRetryAfter}
 	}
 	if !until.IsZero() {
 		a.waited = a.waited || paused
-		return verdict{until: until, reason: ReasonQuota}
+		if paused {
+			asked = later(asked, h.cause.asked)
+		}
+		return verdict{until: until, asked: asked, reason: ReasonQuota}
 	}
 	// News of a new window is awaited only when nothing else holds the
 	// request: a wait that cannot end in time is refused before any of
@@ -199,16 +306,27 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	return verdict{}
 }
 
+// refilling reports whether a quota that counts route refills by itself.
+// h.mu is held.
+func (h *hostState) refilling(route string) bool {
+	set := h.counting(route)
+	for i := range h.quotas[:h.nq] {
+		if set&(1<<i) != 0 && h.quotas[i].refills {
+			return true
+		}
+	}
+	return false
+}
+
 // heldUntil returns until when the host's pause and its spent quotas
 // that count route would hold a request that came at at, and why: the
 // zero time when nothing would. It changes nothing.
-func (h *hostState) heldUntil(at time.Time, route string, reserve int) (time.Time, string) {
+func (h *hostState) heldUntil(at time.Time, route string, reserve int) verdict {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var until time.Time
-	reason := ReasonRetryAfter
+	var v verdict
 	if at.Before(h.pause) {
-		until = h.pause
+		v = verdict{until: h.pause, asked: h.cause.asked, cause: h.cause, reason: ReasonRetryAfter}
 	}
 	set := h.counting(route)
 	for i := range h.quotas[:h.nq] {
@@ -216,11 +334,25 @@ func (h *hostState) heldUntil(at time.Time, route string, reserve int) (time.Tim
 		if set&(1<<i) == 0 || !q.spent(reserve) || q.reset.IsZero() || !at.Before(q.reset) {
 			continue
 		}
-		if q.reset.After(until) {
-			until, reason = q.reset, ReasonQuota
+		held := *q // holdEnd may start a hold: ask a copy
+		end := held.holdEnd(at, h.maxPause, false)
+		if end.IsZero() {
+			continue
 		}
+		if end.After(v.until) {
+			v.until, v.reason, v.cause = end, ReasonQuota, pauseCause{}
+		}
+		v.asked = later(v.asked, q.reset)
 	}
-	return until, reason
+	return v
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // releaseSlot returns the time a request may go in the spread that
@@ -235,8 +367,11 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.
 		}
 		// The pause has just ended: fix the spread once, sized for the
 		// requests it held.
-		// The sleepers, the one asking, and the requests told to pause.
-		n := int(h.waiters.Load()) + 1 + h.held
+		// The sleepers, and the requests told to pause or the one
+		// asking: these are often one, the retry of a request told to
+		// pause, which would otherwise be counted twice and make the
+		// next request wait a slot for nobody.
+		n := int(h.waiters.Load()) + max(h.held, 1)
 		d := time.Duration(float64(n) / h.releaseRate(set) * float64(time.Second))
 		d = min(d, maxOwnWait)
 		h.release = spread{of: h.pause, end: h.pause.Add(d), next: h.pause, interval: d / time.Duration(n)}
@@ -307,39 +442,116 @@ func (h *hostState) cancel(res *Reservation) {
 func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status int, v Verdict, until time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.observe(now, route, qs)
+	h.observe(now, sent, route, qs, status < 400)
+	if status == http.StatusTooManyRequests && v == VerdictNone && h.refilling(route) {
+		// A quota that refills by itself explains the 429 but holds
+		// nothing (see quotaState.refills): the 429 slows the pace.
+		h.thr.tooMany(now, sent, false)
+	}
 	switch v {
 	case VerdictPause:
 		if status == http.StatusTooManyRequests {
+			h.refusedSent = later(h.refusedSent, sent)
+			if h.excessOnly(now) {
+				// The host refuses only the excess: the request that got
+				// the 429 waits its Retry-After (Retry does), and the
+				// others go on at a slower pace, unless a second such
+				// 429 in a row says the host means it.
+				was := h.thr.rate
+				if h.thr.tooMany(now, sent, false) {
+					if m, ok := h.thr.lastSecond(now); ok && was <= throttleNear*m {
+						// The cap was about what the host accepts: the
+						// requests let through within the Retry-After (a
+						// second at most) meet the excess this 429
+						// answered, and their 429s cut no further.
+						h.thr.quiet = now.Add(min(until.Sub(now), maxOwnWait))
+					}
+					h.cutsInRow++
+				}
+				if h.cutsInRow < excessCutsInRow {
+					break
+				}
+				h.excess = time.Time{}
+			}
 			// Pause as asked, and learn the pace the server keeps, so
 			// that the pause ends at that pace rather than in a burst.
 			h.thr.tooMany(now, sent, true)
 		}
-		h.setPause(now, until)
+		h.setPause(now, until, status, true)
 		h.held++
 	case VerdictThrottle:
+		if !h.bare.end.IsZero() && !sent.Before(h.bare.end) && !h.bare.ok && now.Sub(h.bare.end) < maxOwnWait {
+			// Refused though let through after the last such pause, with
+			// no success since: the limiter had not drained (a sliding
+			// window counts what came before), not a rate too high.
+			// Pause again, twice as long, and cut nothing.
+			h.bare.wait = min(2*h.bare.wait, maxOwnWait)
+			h.setPause(now, now.Add(h.bare.wait), status, false)
+			h.bare.end = h.pause
+			h.held++
+			break
+		}
 		if h.thr.tooMany(now, sent, false) {
-			h.setPause(now, now.Add(throttlePause))
+			h.setPause(now, now.Add(throttlePause), status, false)
+			h.bare = barePause{end: h.pause, wait: throttlePause}
 			h.held++
 		}
 	default:
 		if status != http.StatusTooManyRequests && status < 500 {
+			if !h.refusedSent.IsZero() && sent.After(h.refusedSent) && now.Sub(h.thr.last429) < throttleForget {
+				// Accepted though let through after a request the
+				// host refused with a Retry-After: the host refuses
+				// the excess, not every request. A pause that 429 set
+				// ends now; the pace learned from 429s holds the host.
+				h.excess, h.cutsInRow = now, 0
+				if now.Before(h.pause) && h.cause.status == http.StatusTooManyRequests {
+					h.pause = now
+					h.thr.pace.restart(now)
+				}
+			}
+			if !sent.Before(h.bare.end) {
+				h.bare.ok = true
+			}
 			h.thr.success(now, sent)
 		}
 	}
 	h.wake()
 }
 
+// barePause is the last pause after a 429 that named no wait.
+type barePause struct {
+	end  time.Time     // its end
+	wait time.Duration // its length
+	ok   bool          // a request let through after it succeeded
+}
+
+// excessOnly reports whether the host has shown, within throttleForget,
+// that its 429s with Retry-After refuse only the requests beyond its
+// rate: it accepted a request let through after one it refused.
+func (h *hostState) excessOnly(now time.Time) bool {
+	return !h.excess.IsZero() && now.Sub(h.excess) < throttleForget
+}
+
+// excessCutsInRow is how many 429s with Retry-After in a row, each of a
+// request let through after the last cut, a host that refuses only the
+// excess may answer before its Retry-After pauses the host again.
+const excessCutsInRow = 2
+
 // observe merges the quotas of a response of route into the state. h.mu
 // is held.
-func (h *hostState) observe(now time.Time, route string, qs []Quota) {
+func (h *hostState) observe(now, sent time.Time, route string, qs []Quota, accepted bool) {
 	var (
 		set  quotaSet
 		pace *Quota // the policy of the shortest window, whose rate the limiter adopts
 	)
 	for k, q := range qs {
 		i := h.slot(q)
-		h.quotas[i].update(q, now)
+		h.quotas[i].update(q, now, sent, accepted)
+		if p := &h.quotas[i]; p.refills && p.limit > 0 && p.window > 0 && !p.tokens() {
+			// Its own rate, limit a window, paces the host, as a rate
+			// measured from 429s would.
+			h.thr.adopt(now, float64(p.limit)/p.window.Seconds()*throttleBelow)
+		}
 		if q.Limit != Unknown && q.Window > 0 && !h.quotas[i].tokens() && (pace == nil || q.Window < pace.Window) {
 			pace = &qs[k]
 		}
@@ -387,14 +599,25 @@ func (h *hostState) slot(q Quota) int {
 	return i
 }
 
-// setPause holds every request until until; a pause never shortens one
-// in force. h.mu is held.
-func (h *hostState) setPause(now, until time.Time) {
+// setPause holds every request until until, or for maxPause when that
+// is sooner; a pause never shortens one in force. status is that of the
+// response that asked (0 for none), and asked whether its Retry-After
+// did. h.mu is held.
+func (h *hostState) setPause(now, until time.Time, status int, asked bool) {
 	if !now.Before(h.pause) {
 		h.held = 0 // a new pause
 	}
+	c := pauseCause{status: status}
+	if asked {
+		c.retryAfter = until.Sub(now)
+	}
+	if capped := now.Add(h.maxPause); until.After(capped) {
+		c.asked, until = until, capped
+	}
 	if until.After(h.pause) {
-		h.pause = until
+		h.pause, h.cause = until, c
+	} else if c.asked.After(h.cause.asked) {
+		h.cause.asked = c.asked // the server asks for longer still
 	}
 	h.thr.pace.restart(h.pause)
 }
@@ -436,6 +659,8 @@ func (h *hostState) live(now time.Time, reserve int) bool {
 func (q *quotaState) roll(now time.Time) {
 	q.remaining = q.limit
 	q.gen++
+	q.holdFrom = time.Time{}
+	q.probe = false
 	if q.window > 0 {
 		n := now.Sub(q.reset)/q.window + 1
 		q.reset = q.reset.Add(n * q.window)
@@ -446,8 +671,28 @@ func (q *quotaState) roll(now time.Time) {
 	q.awaiting, q.sentSinceRoll = true, 0
 }
 
-// update merges a quota read from a response into the state.
-func (q *quotaState) update(r Quota, now time.Time) {
+// update merges a quota read from a response into the state; sent is
+// when the response's request was let through (zero when not known).
+func (q *quotaState) update(r Quota, now, sent time.Time, accepted bool) {
+	if r.Remaining != Unknown && !r.Reset.IsZero() {
+		// A request let through after a response said n were left,
+		// told of more (or accepted when none were left) before that
+		// window's reset: the quota refills by itself (a token
+		// bucket, GCRA, a sliding window), and is not one that is
+		// spent until its reset.
+		if !q.saidAt.IsZero() && sent.After(q.saidAt) && sent.Before(q.saidReset) &&
+			(r.Remaining > q.said || accepted && q.said == 0) {
+			q.refills = true
+		}
+		switch {
+		case q.probe && !accepted:
+			q.refused++ // enough of them, and it is spent until its reset
+		case q.probe:
+			q.refused, q.refills = 0, true // accepted before the reset of a spent quota
+		}
+		q.probe = false
+		q.said, q.saidAt, q.saidReset = r.Remaining, now, r.Reset
+	}
 	if r.Limit != Unknown {
 		q.limit = r.Limit
 	}
@@ -480,6 +725,7 @@ func (q *quotaState) update(r Quota, now time.Time) {
 		// The server has moved to another window.
 		q.reset, q.remaining = r.Reset, r.Remaining
 		q.gen++
+		q.holdFrom = time.Time{}
 	case q.guessed && !r.Reset.IsZero() && q.reset.Sub(r.Reset) > sameWindow:
 		// The server's window ends sooner than the state reckoned when
 		// it rolled the reset forward a Window: the server's reset is

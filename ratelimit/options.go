@@ -12,6 +12,7 @@ const (
 	DefaultMaxWait     = 60 * time.Second
 	DefaultMaxHosts    = 4096
 	DefaultReleaseRate = rate.Limit(20) // per second, when the quota says nothing better
+	DefaultMaxPause    = time.Minute
 )
 
 // Options configures a [Tracker]. The zero value is ready to use: it
@@ -45,6 +46,15 @@ type Options struct {
 	// negative means a request never waits and fails whenever it would
 	// have to.
 	MaxWait time.Duration
+
+	// MaxPause is the longest one server-asked pause (a Retry-After) or
+	// one exhausted quota's reset holds a host, or the quota's routes.
+	// A longer ask holds them for MaxPause; then a request goes to ask
+	// the server again, whose answer counts as any other. A request whose
+	// wait the server's own end puts past its budget still fails at once.
+	// Zero means [DefaultMaxPause] (1m); negative means no cap (up to the
+	// 400 days a reset may be).
+	MaxPause time.Duration
 
 	// Key returns the key that quota state is kept under. Nil means the
 	// request URL's scheme and host, lowercased, the scheme's default
@@ -112,6 +122,16 @@ func (o Options) maxWait() time.Duration {
 		return DefaultMaxWait
 	}
 	return o.MaxWait
+}
+
+func (o Options) maxPause() time.Duration {
+	switch {
+	case o.MaxPause == 0:
+		return DefaultMaxPause
+	case o.MaxPause < 0:
+		return maxReset
+	}
+	return o.MaxPause
 }
 
 func (o Options) maxHosts() int {

@@ -141,7 +141,11 @@ func (res *Reservation) Settle(resp *http.Response) {
 	qs := parseSeen(h, seen, now, buf[:0])
 	v, until := responseVerdict(status, h, qs, now, res.t.o.Reserve >= 0)
 	if s := res.t.o.Store; s != nil {
-		fleetSettle(s, res.key.String(), qs, v, until, now, res.t.o.Reserve)
+		shared := until
+		if capped := now.Add(res.t.o.maxPause()); shared.After(capped) {
+			shared = capped // the fleet holds no longer than MaxPause either
+		}
+		fleetSettle(s, res.key.String(), qs, v, shared, now, res.t.o.Reserve)
 	}
 	st := res.st
 	if st == nil {

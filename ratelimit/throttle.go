@@ -54,6 +54,12 @@ const (
 	// throttleForget is how long a cap that is not a measure lasts
 	// without a 429.
 	throttleForget = 10 * time.Second
+	// throttleNear is how far above the successes of the last second a
+	// cap is still taken to be about the host's rate.
+	throttleNear = 1.1
+	// throttleAhead is how far above the successes of the last second
+	// a cap may grow: as TCP grows a window only while it is used.
+	throttleAhead = 1.5
 	// paceLate is how many intervals late a paced request may go in
 	// its slot; later, it takes another.
 	paceLate = 3
@@ -80,15 +86,22 @@ type throttle struct {
 	grow    uint8
 	plateau float64   // throttleBelow·the last measure; 0 when none
 	cut     time.Time // when a 429 last cut the rate
+	// quiet is until when 429s of requests let through are taken for the
+	// tail of the excess that the last cut answered, and cut no further.
+	quiet   time.Time
 	set     time.Time // when the rate was last held at its plateau
 	last429 time.Time
 	pace    pacer
 	drain   drain // successes since cut of requests sent before it
-	// Successes in the current and the previous second of win.
-	okCur, okPrev int
-	win           time.Time
-	since         time.Time // first success counted
+	// oks are the times of the last successes, a ring; nok counts them
+	// all.
+	oks [okRing]time.Time
+	nok int
 }
+
+// okRing is how many successes the throttle remembers: a second's worth
+// at 256 requests a second; at a higher rate, the last 256.
+const okRing = 256
 
 // on reports whether a cap is in force at now, growing it once its
 // plateau is over and removing it when it is no longer needed.
@@ -117,36 +130,36 @@ func (t *throttle) on(now time.Time) bool {
 func (t *throttle) measured() bool { return t.rate > 0 && t.grow == growHeld }
 
 // lastSecond returns the successes a second over the last second, and
-// false without a second of history.
+// false with less than a second of history to measure on. (A shorter
+// span would count a limiter's burst as its rate.)
 func (t *throttle) lastSecond(now time.Time) (float64, bool) {
-	t.roll(now)
-	if t.since.IsZero() || now.Sub(t.since) < time.Second {
+	from := now.Add(-time.Second)
+	n := 0
+	for i := 1; i <= min(t.nok, okRing); i++ {
+		at := t.oks[(t.nok-i)%okRing]
+		if !at.After(from) {
+			break
+		}
+		n++
+		if i == okRing {
+			from = at // the ring holds less than the span: measure on it
+		}
+	}
+	oldest := t.oks[0]
+	if t.nok > okRing {
+		oldest = t.oks[t.nok%okRing]
+	}
+	if t.nok == 0 || now.Sub(oldest) < time.Second {
 		return 0, false
 	}
-	frac := float64(now.Sub(t.win)) / float64(time.Second)
-	return float64(t.okPrev)*(1-frac) + float64(t.okCur), true
-}
-
-func (t *throttle) roll(now time.Time) {
-	switch d := now.Sub(t.win); {
-	case d < time.Second:
-	case d < 2*time.Second:
-		t.okPrev, t.okCur = t.okCur, 0
-		t.win = t.win.Add(time.Second)
-	default:
-		t.okPrev, t.okCur = 0, 0
-		t.win = now
-	}
+	return float64(n) / now.Sub(from).Seconds(), true
 }
 
 // success records a response that was not a 429, to a request let
 // through at sent (the zero Time when the host had no state then).
 func (t *throttle) success(now, sent time.Time) {
-	t.roll(now)
-	if t.since.IsZero() {
-		t.since, t.win = now, now
-	}
-	t.okCur++
+	t.oks[t.nok%okRing] = now
+	t.nok++
 	on := t.on(now)
 	if sent.Before(t.cut) && (on || now.Sub(t.cut) < throttleForget) {
 		t.drain.add(now)
@@ -156,19 +169,39 @@ func (t *throttle) success(now, sent time.Time) {
 		}
 		return
 	}
+	// A cap far above what the host is sent (the pace's queue lags a
+	// rising rate, or the client wants less) does not grow: it would
+	// let a burst through.
+	m, ok := t.lastSecond(now)
+	unused := ok && t.rate >= throttleAhead*m
 	switch {
 	case !on:
 	case t.grow == growGuess:
-		t.rate++
-		t.pace.setRate(t.rate)
+		if !unused {
+			t.rate++
+			t.pace.setRate(t.rate)
+		}
 	case t.grow == growAIMD:
-		t.rate += throttleGrowth
-		if t.plateau > 0 && t.rate >= t.plateau {
+		if t.plateau > 0 && t.rate+throttleGrowth >= t.plateau {
 			t.hold(now)
-		} else {
+		} else if !unused {
+			t.rate += throttleGrowth
 			t.pace.setRate(t.rate)
 		}
 	}
+}
+
+// adopt holds the rate at r, a rate the host announced: as a measure,
+// and without the probes above it, since the host says what it is.
+func (t *throttle) adopt(now time.Time, r float64) {
+	if t.plateau != r || t.grow != growHeld {
+		t.plateau = r
+		if t.rate == 0 || t.rate > r || t.grow == growHeld {
+			t.hold(now)
+		}
+		return
+	}
+	t.set = now // the plateau holds while the host says so
 }
 
 // hold holds the rate at its plateau from now.
@@ -184,7 +217,7 @@ func (t *throttle) hold(now time.Time) {
 // the second such 429.
 func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 	t.last429 = now
-	if sent.Before(t.cut) {
+	if sent.Before(t.cut) || sent.Before(t.quiet) {
 		return false
 	}
 	switch m, ok := t.lastSecond(now); {
@@ -195,15 +228,24 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 		return false
 	case t.rate == 0 && ok && m > 0:
 		// What the host accepted over the last second, a floor to probe
-		// up from: the client may not have been sending at the limit.
-		t.rate, t.grow = m*throttleCut, growGuess
+		// up from: the client may not have been sending at the limit
+		// (or a pause took most of the second: never below the rate a
+		// pause's requests are released at).
+		t.rate, t.grow = max(m*throttleCut, float64(DefaultReleaseRate)), growGuess
 	case t.rate == 0:
 		t.rate, t.grow = float64(DefaultReleaseRate), growGuess
 	default:
 		if t.grow == growAIMD {
 			t.plateau = 0 // a second cut without a measure: the plateau is stale
 		}
-		t.rate, t.grow = t.rate*throttleCut, growAIMD
+		r := t.rate
+		if ok && m > 0 {
+			// The host accepted m a second lately while it refused the
+			// excess: its rate is about m, whatever the cap said (the
+			// pace's queue lags a cap that rose).
+			r = min(r, m)
+		}
+		t.rate, t.grow = r*throttleCut, growAIMD
 	}
 	t.rate = max(t.rate, minThrottleRate)
 	t.cut = now

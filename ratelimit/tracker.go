@@ -42,7 +42,20 @@ import (
 //     most a second, at the host's known rate (20 a second when unknown),
 //     in a spread whose end is fixed when the pause ends; requests that
 //     come later go at once. A pause lasts as long as the server asked,
-//     never longer.
+//     never longer, and at most [Options.MaxPause] (a minute): a longer
+//     ask, or a spent quota whose reset is further away, holds the host
+//     (or the quota's routes) that long, then lets a request ask again.
+//     A request whose budget ends before the server's own end fails at
+//     once, with an error that says what paused the host.
+//   - A host that has shown it refuses only the excess (it accepted a
+//     request let through after one it refused with Retry-After) is not
+//     paused by a 429's Retry-After: the request that got it waits it
+//     out (transport.Retry does), and the others go on at a pace cut by
+//     a tenth, until two such 429s in a row say the host means it. A
+//     quota that refills by itself (its Remaining rose before its reset,
+//     or a probe sent at its rate before the reset was accepted) holds
+//     nothing; it paces the host at 97% of its rate when that is known.
+//     See docs/rate-limits.md for the evidence and the reasons.
 //   - 429s teach the host's rate. The requests in flight at a 429 that
 //     then succeed evenly spaced, as a limiter answers its queue
 //     (nginx's limit_req), measure the rate it accepts. The host is then
@@ -128,15 +141,15 @@ func (t *Tracker) Observe(r *http.Request, h http.Header) {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.observe(now, routeOf(r), qs)
+	st.observe(now, time.Time{}, routeOf(r), qs, false)
 	st.wake()
 }
 
 // Pause holds every request to r's key until until, as a server's
 // Retry-After asks: requests already waiting wait longer, and new ones
-// wait too. A pause never shortens one already in force. A pause more
-// than 400 days ahead is taken for garbage and ignored, as ParseHeaders
-// ignores such resets.
+// wait too. A pause never shortens one already in force, and lasts at
+// most [Options.MaxPause]. A pause more than 400 days ahead is taken for
+// garbage and ignored, as ParseHeaders ignores such resets.
 func (t *Tracker) Pause(r *http.Request, until time.Time) {
 	now := time.Now()
 	if !until.After(now) || until.Sub(now) > maxReset {
@@ -148,7 +161,7 @@ func (t *Tracker) Pause(r *http.Request, until time.Time) {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.setPause(now, until)
+	st.setPause(now, until, 0, false)
 	st.wake()
 }
 
@@ -196,13 +209,13 @@ func (t *Tracker) RefusedAt(r *http.Request, at time.Time) error {
 	if st == nil {
 		return nil
 	}
-	until, reason := st.heldUntil(at, routeOf(r), t.o.Reserve)
-	if until.IsZero() {
+	v := st.heldUntil(at, routeOf(r), t.o.Reserve)
+	if v.until.IsZero() {
 		return nil
 	}
 	w := waiter{t: t, r: r, k: k, st: st, start: at} // the wait Reserve would start at at
-	if w.pastBudget(until) {
-		return &QuotaError{Key: k.String(), Reset: until, Wait: until.Sub(at), Reason: reason}
+	if w.pastBudget(v.until) || !v.asked.IsZero() && w.pastBudget(v.asked) {
+		return w.refusal(at, v)
 	}
 	return nil
 }

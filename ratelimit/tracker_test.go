@@ -550,7 +550,7 @@ func TestTrackerKey(t *testing.T) {
 
 func TestTrackerMaxHosts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tr := NewTracker(Options{MaxHosts: 10})
+		tr := NewTracker(Options{MaxHosts: 10, MaxPause: -1}) // the hour's pause is held whole
 		busy := newReq(t, nil, "https://busy.example.com/")
 		tr.Pause(busy, time.Now().Add(time.Hour))
 		for i := range 50 {
@@ -901,4 +901,31 @@ func TestTrackerEarlierResponseKeepsLaterReset(t *testing.T) {
 			t.Errorf("Wait = %v after %v, want nil after %v (the later reset)", err, got, want)
 		}
 	})
+}
+
+// The message says what holds a request: a quota, a server's pause (with
+// the status and what its Retry-After asked, and the hold when MaxPause
+// cut it), or one of the Tracker's own paces.
+func TestQuotaErrorMessageSaysWhatHolds(t *testing.T) {
+	const k = "https://api.example.com"
+	cases := []struct {
+		err  QuotaError
+		want string
+	}{
+		{QuotaError{Key: k, Reason: ReasonRetryAfter, Status: 503, RetryAfter: 8760 * time.Hour, Hold: time.Minute, Wait: time.Minute},
+			"ratelimit: https://api.example.com paused by the server's Retry-After on a 503 for 8760h0m0s; holding 1m0s (resumes in 1m0s)"},
+		{QuotaError{Key: k, Reason: ReasonRetryAfter, Status: 429, RetryAfter: 30 * time.Second, Wait: 29 * time.Second},
+			"ratelimit: https://api.example.com paused by the server's Retry-After on a 429 for 30s (resumes in 29s)"},
+		{QuotaError{Key: k, Reason: ReasonRetryAfter, Status: 429, Wait: 250 * time.Millisecond},
+			"ratelimit: https://api.example.com paused after a 429 that named no wait (resumes in 250ms)"},
+		{QuotaError{Key: k, Reason: ReasonQuota, Hold: time.Minute, Wait: 24 * time.Hour},
+			"ratelimit: quota exhausted for https://api.example.com (resets in 24h0m0s; holding 1m0s)"},
+		{QuotaError{Key: k, Reason: ReasonClientRate, Wait: 2 * time.Second},
+			"ratelimit: https://api.example.com held by the client-side rate for 2s"},
+	}
+	for _, tc := range cases {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("Error() = %q, want %q", got, tc.want)
+		}
+	}
 }

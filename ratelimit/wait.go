@@ -37,7 +37,12 @@ func (w *waiter) admit(res *Reservation) error {
 			a.giveUp = true // one round of news at most; then go on what is known
 			continue
 		}
-		if err := w.sleep(now, v.until, v.reason, v.own); err != nil {
+		if !v.asked.IsZero() && w.pastBudget(v.asked) {
+			// The server's own end is past the budget: MaxPause holds
+			// the host for less, but this request would wait to fail.
+			return w.reject(v.asked.Sub(now), v.asked, v.reason, w.refusal(now, v))
+		}
+		if err := w.sleepFor(now, v); err != nil {
 			return err
 		}
 	}
@@ -67,6 +72,13 @@ func (w *waiter) pastBudget(until time.Time) bool {
 // sleep waits until until, or fails fast when that is past the budget.
 // own says the wait is of the Tracker's own making (see waiter.waited).
 func (w *waiter) sleep(now, until time.Time, reason string, own bool) error {
+	return w.sleepFor(now, verdict{until: until, reason: reason, own: own})
+}
+
+// sleepFor waits until v.until, or fails fast when that is past the
+// budget, with an error that says what v holds the request for.
+func (w *waiter) sleepFor(now time.Time, v verdict) error {
+	until, reason, own := v.until, v.reason, v.own
 	d := until.Sub(now)
 	if d <= 0 {
 		return nil
@@ -75,7 +87,7 @@ func (w *waiter) sleep(now, until time.Time, reason string, own bool) error {
 		if own && w.waited {
 			return nil
 		}
-		return w.reject(d, until, reason)
+		return w.reject(d, until, reason, w.refusal(now, v))
 	}
 	w.waited = true
 	if f := w.t.o.OnWait; f != nil {
@@ -131,18 +143,38 @@ func (w *waiter) clientPlace(res *Reservation) error {
 	now := time.Now()
 	cr := w.st.client.ReserveN(now, 1)
 	if !cr.OK() {
-		return w.reject(w.t.o.maxWait(), now.Add(w.t.o.maxWait()), ReasonClientRate)
+		return w.reject(w.t.o.maxWait(), now.Add(w.t.o.maxWait()), ReasonClientRate, nil)
 	}
 	if d := cr.DelayFrom(now); d > 0 && w.pastBudget(now.Add(d)) {
 		cr.CancelAt(now)
-		return w.reject(d, now.Add(d), ReasonClientRate)
+		return w.reject(d, now.Add(d), ReasonClientRate, nil)
 	}
 	res.client = cr
 	return nil
 }
 
-func (w *waiter) reject(d time.Duration, until time.Time, reason string) error {
-	err := &QuotaError{Key: w.k.String(), Reset: until, Wait: d, Reason: reason}
+// refusal is the error of a request that v holds at now past its
+// budget: held until v.asked when the server asked for longer than
+// MaxPause, else until v.until.
+func (w *waiter) refusal(now time.Time, v verdict) *QuotaError {
+	end := v.until
+	err := &QuotaError{Key: w.k.String(), Reason: v.reason}
+	if !v.asked.IsZero() && v.asked.After(v.until) {
+		end, err.Hold = v.asked, w.st.maxPause
+	}
+	err.Reset, err.Wait = end, end.Sub(now)
+	if v.reason == ReasonRetryAfter {
+		err.Status, err.RetryAfter = v.cause.status, v.cause.retryAfter
+	}
+	return err
+}
+
+// reject fails the request with err, made when nil for a wait of d
+// until until for reason, and tells OnReject.
+func (w *waiter) reject(d time.Duration, until time.Time, reason string, err *QuotaError) error {
+	if err == nil {
+		err = &QuotaError{Key: w.k.String(), Reset: until, Wait: d, Reason: reason}
+	}
 	if f := w.t.o.OnReject; f != nil {
 		f(RejectEvent{Request: w.r, Key: err.Key, Wait: d, Reason: reason, Err: err})
 	}

@@ -25,7 +25,10 @@ import (
 //     for the same moment, and is then let go at the rate the host was
 //     measured to accept, or spread over at most a second, rather than
 //     in one burst. 429s teach the host's rate, and the host is paced
-//     just under it.
+//     just under it; once the host has shown that it refuses only the
+//     excess, a 429's Retry-After slows that pace instead of pausing
+//     the host (docs/rate-limits.md). One pause lasts at most
+//     o.MaxPause (a minute).
 //   - A wait that cannot end before the request's deadline or o.MaxWait
 //     is not started: RoundTrip returns at once an error matching
 //     [ratelimit.ErrQuotaExhausted], a [*ratelimit.QuotaError] that says

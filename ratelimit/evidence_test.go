@@ -1,0 +1,150 @@
+package ratelimit
+
+import (
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// A 429's Retry-After pauses the host until the host shows it refuses
+// only the excess: it accepts a request let through after one it
+// refused. Then a 429 with Retry-After slows the pace and pauses no
+// one; two in a row, with no success between, pause the host again.
+func TestRetryAfterPausesHostUntilExcessShown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		u := "https://api.example.com/v1/items"
+		tooMany := &http.Response{StatusCode: 429, Header: hdr("Retry-After", "1")}
+		ok := &http.Response{StatusCode: 200, Header: http.Header{}}
+		send := func(resp *http.Response) {
+			t.Helper()
+			res, err := tr.Reserve(newReq(t, nil, u))
+			if err != nil {
+				t.Fatalf("Reserve = %v", err)
+			}
+			time.Sleep(time.Millisecond)
+			res.Settle(resp)
+		}
+		paused := func() bool {
+			_, p := tr.Paused(newReq(t, nil, u), time.Now())
+			return p
+		}
+
+		for i := range 2 { // nothing known: the host pauses as asked
+			send(tooMany)
+			if !paused() {
+				t.Fatalf("after 429 %d: not paused, want the host paused for its Retry-After", i+1)
+			}
+			time.Sleep(time.Second)
+		}
+		send(ok) // let through after a refused one, and accepted
+		for i, step := range []struct {
+			resp       *http.Response
+			wantPaused bool
+		}{
+			{tooMany, false}, // the excess: slower, no pause
+			{ok, false},
+			{tooMany, false},
+			{tooMany, true}, // a second in a row: the host means it
+		} {
+			time.Sleep(100 * time.Millisecond) // past the pace a cut sets
+			send(step.resp)
+			if got := paused(); got != step.wantPaused {
+				t.Errorf("step %d (%d): paused = %v, want %v", i, step.resp.StatusCode, got, step.wantPaused)
+			}
+		}
+	})
+}
+
+// A per-second quota that refills by itself (GCRA, IETF headers) is not
+// held to its reset once a probe, sent at its rate before the reset, is
+// accepted; a fixed window, which refuses three probes in a row, is held
+// to its reset as before.
+func TestQuotaProbeTellsRefillFromFixedWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		refills bool
+	}{
+		{"refills", true},
+		{"fixed window", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr := NewTracker(Options{})
+				u := "https://api.example.com/v1/items"
+				spent := func() http.Header {
+					return hdr("RateLimit-Policy", `"default";q=20;w=1`, "RateLimit", `"default";r=0;t=1`)
+				}
+				res, err := tr.Reserve(newReq(t, nil, u))
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Settle(&http.Response{StatusCode: 200, Header: spent()})
+				start := time.Now()
+				var last time.Duration
+				probes := 0
+				for i := range 4 {
+					res, err := tr.Reserve(newReq(t, nil, u))
+					if err != nil {
+						t.Fatalf("request %d: %v", i, err)
+					}
+					last = time.Since(start)
+					if tc.refills || last >= time.Second {
+						res.Settle(&http.Response{StatusCode: 200, Header: hdr("RateLimit-Policy", `"default";q=20;w=1`, "RateLimit", `"default";r=4;t=1`)})
+						if !tc.refills {
+							break // the reset: the window is whole again
+						}
+						continue
+					}
+					probes++
+					res.Settle(&http.Response{StatusCode: 429, Header: spent()}) // a probe, refused
+				}
+				if tc.refills {
+					// The probe goes 50 ms (1/20 s) after the spent answer;
+					// accepted, the quota refills, and the host is paced at
+					// its rate (97% of 20/s) rather than held to the reset.
+					if last > 250*time.Millisecond {
+						t.Errorf("the fourth request went at %v, want it paced, not held to the reset (1s)", last)
+					}
+					return
+				}
+				// Three probes, each an interval after the last answer, then
+				// the reset the last answer named (t=1: a second later).
+				if probes != probeRefusals || last < time.Second+probeRefusals*50*time.Millisecond {
+					t.Errorf("%d probes, then a request at %v; want %d, then one held to the last answer's reset (1 s after it)", probes, last, probeRefusals)
+				}
+			})
+		})
+	}
+}
+
+// A 429 that names no wait pauses the host a quarter of a second; when
+// the first request let through after that pause is refused too, with
+// no success between, the pause doubles (the limiter still counts what
+// came before), and the learned cap is not cut again.
+func TestBare429PauseDoublesWhenStillRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		u := "https://api.example.com/v1/items"
+		bare := &http.Response{StatusCode: 429, Header: http.Header{}}
+		var pauses []time.Duration
+		for range 4 {
+			res, err := tr.Reserve(newReq(t, nil, u))
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := time.Now()
+			res.Settle(bare)
+			end, _ := tr.Paused(newReq(t, nil, u), at)
+			pauses = append(pauses, end.Sub(at))
+		}
+		want := []time.Duration{throttlePause, 2 * throttlePause, 4 * throttlePause, maxOwnWait}
+		for i := range want {
+			if pauses[i] != want[i] {
+				t.Errorf("pauses = %v, want %v", pauses, want)
+				break
+			}
+		}
+	})
+}
