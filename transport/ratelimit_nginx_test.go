@@ -264,7 +264,7 @@ func runNginx(c nginxClient, url string, d time.Duration) nginxResult {
 // 100 r/s, burst queued or nodelay, with and without Retry-After, sturdy
 // (20 s) against a bare client and a naive retry loop (5 s each), 20
 // goroutines, reports sturdy against
-// the issue's targets (429s under 5% of attempts, successful operations
+// the targets (429s under 5% of attempts, successful operations
 // within 10% of the limit) and fails on a regression from the measured
 // table. STURDY_NGINX_ONLY=sturdy runs sturdy's rows only.
 func TestRateLimitAwareAgainstNginx(t *testing.T) {
@@ -315,7 +315,7 @@ func TestRateLimitAwareAgainstNginx(t *testing.T) {
 			}
 			// The issue's targets (429s under 5% of attempts, successful
 			// operations within 10% of the limit) are met on a quiet
-			// machine (BENCHMARKS.md, issue 17): 0.7-3.6% and 93-97%.
+			// machine (BENCHMARKS.md, "Rate limiting against nginx"): 0.7-3.6% and 93-97%.
 			// Under load the client cannot time the limiter's queue to
 			// the millisecond, and the 100 r/s rows fell to 78-91% with
 			// three busy loops on the 2-core VM (CI runs under heavier

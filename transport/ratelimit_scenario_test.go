@@ -21,7 +21,7 @@ import (
 	"github.com/sturdyhttp/sturdy/ratelimit"
 )
 
-// The four defects of issue 17, each through New over an in-memory base
+// Four defects once found in RateLimitAware, each through New over an in-memory base
 // in a synctest bubble.
 
 // scenarioLoad runs workers goroutines sending GETs to url through c
@@ -336,7 +336,7 @@ func (b *leakyBucket) admit(now time.Time) (time.Duration, bool) {
 // TestRateLimitAwareAgainstNginx in memory: 20 goroutines through New for
 // 20 s against nginx's limit_req (burst 5), at 20 and 100 r/s, with and
 // without Retry-After: 1 on its 429s, each way of the network taking
-// 0.1 to 1 ms. Targets of issue 17: 429s under 5% of attempts, successful
+// 0.1 to 1 ms. The targets: 429s under 5% of attempts, successful
 // operations within 10% of the limit. STURDY_SIM_RUN (a duration, say
 // 600s) runs longer, to see what the hold and its probes cost.
 func TestRateLimitAwareAgainstLeakyBucket(t *testing.T) {
