@@ -578,18 +578,7 @@ http {
 			t.Logf("%d reloads (%d failed)", reloads.Load(), reloadErrs.Load())
 		})
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			conn, err := net.Dial("tcp", addr)
-			if err == nil {
-				conn.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-				t.Fatalf("nginx did not listen on %s: %v\n%s", addr, err, b)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitNginx(t, addr, dir)
 		wg.Add(1)
 		go func() { // the reloads
 			defer wg.Done()

@@ -138,18 +138,7 @@ http {
 		cmd.Wait()
 	})
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		conn, err := net.Dial("tcp", addr)
-		if err == nil {
-			conn.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("nginx did not listen on %s: %v\n%s", addr, err, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitNginx(t, addr, dir)
 	return "http://" + addr
 }
 
@@ -343,5 +332,23 @@ func TestRateLimitAwareAgainstNginx(t *testing.T) {
 		if err := os.WriteFile(p, []byte(table.String()), 0o644); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// waitNginx waits, for up to 10 s, until the nginx whose prefix is dir
+// listens on addr; it fails the test with nginx's error log otherwise.
+func waitNginx(t *testing.T, addr, dir string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		conn, err := net.Dial("tcp", addr)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			t.Fatalf("nginx did not listen on %s: %v\n%s", addr, err, b)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
