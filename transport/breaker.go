@@ -192,7 +192,6 @@ func (t *breakerTransport) CloseIdleConnections() { closeIdle(t.next) }
 
 // RoundTrip sends req through its host's breaker.
 func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	op := stackOf(req.Context())
 	// Checked here even beneath a Retry, which checks its attempts'
 	// bodies: a request may reach this layer by a way that passes no
 	// Retry (a router above it), and a body checked already costs one
@@ -201,7 +200,16 @@ func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil {
 		return nil, err // the caller's error counts neither way
 	}
-	op.joinBreakers(t.b) // Retry and Hedge above ask it before they wait
+	resp, err := t.roundTrip(req)
+	if err != nil || resp == nil || resp.StatusCode >= 400 {
+		// Retry and Hedge above ask the breakers before a wait, which
+		// only a failure starts: a success need not tell them.
+		stackOf(req.Context()).joinBreakers(t.b)
+	}
+	return resp, err
+}
+
+func (t *breakerTransport) roundTrip(req *http.Request) (*http.Response, error) {
 	var e *circuit
 	if t.b.c.key == nil && req.URL != nil {
 		e = t.b.slot.GetURL(req.URL)
@@ -212,6 +220,7 @@ func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return t.next.RoundTrip(req)
 	}
 	if s := t.b.c.store; s != nil {
+		stackOf(req.Context()).joinBreakers(t.b) // the fleet may hold it half-open: a Hedge above asks first
 		return t.fleetRoundTrip(req, e, s)
 	}
 	return t.circuitRoundTrip(req, e)
@@ -236,6 +245,7 @@ func (t *breakerTransport) circuitRoundTrip(req *http.Request, e *circuit) (*htt
 // its open period lasts, through gobreaker after it (which lets the
 // probes through).
 func (t *breakerTransport) guarded(req *http.Request, e *circuit) (*http.Response, error) {
+	stackOf(req.Context()).joinBreakers(t.b) // a Hedge above asks before it sends a copy
 	now := e.since()
 	if e.open(now) { // no lock for a refusal
 		return nil, refuse(req, e.refusal(now, false))

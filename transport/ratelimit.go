@@ -69,13 +69,14 @@ type rateLimiter struct {
 // request, and settles the reservation with the response, or cancels it
 // when the request never reached the server.
 func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
-	st := stackOf(req.Context())
 	req, err := checkCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
 	if err != nil {
 		return nil, err // the caller's error uses no quota
 	}
-	st.joinTracker(l.t) // Retry above asks it before it waits
 	res, err := l.t.Reserve(req)
+	if err != nil || res.Holds() {
+		stackOf(req.Context()).joinTracker(l.t) // Retry above asks it before it waits
+	}
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
@@ -93,6 +94,11 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 		r = req.WithContext(httptrace.WithClientTrace(req.Context(), &watch.trace))
 	}
 	resp, err := l.next.RoundTrip(r)
+	if err != nil || resp == nil || resp.StatusCode >= 400 {
+		// Retry above asks the tracker before a wait, which only a
+		// failure starts: a success need not tell it.
+		stackOf(req.Context()).joinTracker(l.t)
+	}
 	switch {
 	case err != nil && !policy.Judge(policy.Outcome{Request: req, Err: err, NotConnected: watch != nil && watch.notConnected()}).Sent:
 		res.Cancel()
