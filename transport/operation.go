@@ -28,8 +28,10 @@ import (
 //     or ends on a failure.
 
 // stack is what the layers beneath one layer learn of each other. Every
-// field is set once, by the first request that passes the layer it
-// names, and read by any: requests run at once.
+// field is set once and read by any (requests run at once): the Retry
+// and the Timeout by the first request that passes them, the Breaker and
+// the quota tracker by the first that fails through them (or that a
+// half-open breaker may refuse), since only a failure starts a wait.
 type stack struct {
 	// idleCut is the Timeout layer's idle cut, with which Retry and
 	// Hedge read the failed bodies they judge; nil means none.
