@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"math"
@@ -331,20 +330,7 @@ func runSim(lim simLimiter, run time.Duration) simResult {
 		}
 	}
 	c := &http.Client{Transport: New(o)}
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(run, cancel)
-	var wg sync.WaitGroup
-	for range 20 {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				if code, err := rlGet(ctx, c, "http://api.test/v1/items"); err == nil && code == 200 && ctx.Err() == nil {
-					ok.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	time.Sleep(time.Second) // the handlers of cancelled requests finish
+	rlLoad(c, run, &ok)
 	r := simResult{attempts: attempts.Load(), tooMany: tooMany.Load(), ok: ok.Load()}
 	if os.Getenv("STURDY_SIM_TRACE") != "" {
 		for i := range int(run / time.Second) {

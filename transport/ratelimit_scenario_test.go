@@ -378,22 +378,7 @@ func TestRateLimitAwareAgainstLeakyBucket(t *testing.T) {
 					wire()
 				})
 				c := &http.Client{Transport: New(Options{Base: httptestutil.NewHandlerTransport(h)})}
-				// Cancelled, not a deadline: a deadline would make the
-				// last second's waits fail at once, and the workers spin.
-				ctx, cancel := context.WithCancel(context.Background())
-				time.AfterFunc(run, cancel)
-				var wg sync.WaitGroup
-				for range 20 {
-					wg.Go(func() {
-						for ctx.Err() == nil {
-							if code, err := rlGet(ctx, c, "http://api.test/v1/items"); err == nil && code == 200 && ctx.Err() == nil {
-								ok.Add(1)
-							}
-						}
-					})
-				}
-				wg.Wait()
-				time.Sleep(time.Second) // the handlers of cancelled requests finish
+				rlLoad(c, run, &ok)
 				pct := 100 * float64(tooMany.Load()) / float64(attempts.Load())
 				okPerS := float64(ok.Load()) / run.Seconds()
 				t.Logf("%d attempts, %d 429s (%.1f%%), %.1f ok/s", attempts.Load(), tooMany.Load(), pct, okPerS)

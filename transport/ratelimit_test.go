@@ -54,6 +54,28 @@ func (a *rlArrivals) sorted() []time.Duration {
 	return out
 }
 
+// rlLoad sends GETs from 20 goroutines for run, counting in ok those
+// answered 200 in time, then waits a second for the handlers of the
+// cancelled requests to finish. The run ends by a cancel, not a
+// deadline: a deadline would make the last second's waits fail at once,
+// and the workers spin.
+func rlLoad(c *http.Client, run time.Duration, ok *atomic.Int64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(run, cancel)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if code, err := rlGet(ctx, c, "http://api.test/v1/items"); err == nil && code == 200 && ctx.Err() == nil {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(time.Second) // the handlers of cancelled requests finish
+}
+
 func rlGet(ctx context.Context, c *http.Client, url string) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
