@@ -34,8 +34,11 @@ func SafeToResend(req *http.Request, keyHeader string) bool {
 // HasKey reports whether req carries a non-empty idempotency key in
 // keyHeader ("Idempotency-Key" when empty).
 func HasKey(req *http.Request, keyHeader string) bool {
-	if keyHeader == "" {
-		keyHeader = "Idempotency-Key"
+	if keyHeader == "" || keyHeader == "Idempotency-Key" {
+		// The common name, canonical already: a map lookup, without
+		// Header.Get's canonicalization of the name on every request.
+		v := req.Header["Idempotency-Key"]
+		return len(v) > 0 && v[0] != ""
 	}
 	return req.Header.Get(keyHeader) != ""
 }

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"net/http"
-	"net/http/httptrace"
 
 	"github.com/sturdyhttp/sturdy/policy"
 	"github.com/sturdyhttp/sturdy/ratelimit"
@@ -90,8 +89,7 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	// asked for only when something is held.
 	r, watch := req, (*connWatch)(nil)
 	if res.Holds() {
-		watch = newConnWatch()
-		r = req.WithContext(httptrace.WithClientTrace(req.Context(), &watch.trace))
+		watch, r = watchConns(req)
 	}
 	resp, err := l.next.RoundTrip(r)
 	if err != nil || resp == nil || resp.StatusCode >= 400 {

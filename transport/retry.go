@@ -259,8 +259,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	var watch *connWatch
 	if !safe {
 		if c.attempts > 1 {
-			watch = newConnWatch()
-			base = base.WithContext(httptrace.WithClientTrace(ctx, &watch.trace))
+			watch, base = watchConns(base)
 		}
 		// Every attempt goes without GetBody: see withoutGetBody.
 		if base.GetBody != nil {
@@ -544,18 +543,49 @@ func closeBody(r *http.Request) {
 }
 
 // connWatch learns, through net/http/httptrace, whether an attempt got a
-// connection: one that did not cannot have reached the server.
+// connection: one that did not cannot have reached the server. It is the
+// context of the request that it watches, and holds that request: one
+// allocation for the watch, the trace and the request copy, where
+// httptrace.WithClientTrace and Request.WithContext would make three.
 type connWatch struct {
+	context.Context
 	asked atomic.Bool // GetConn: the transport reports its connections
 	got   atomic.Bool // GotConn
 	trace httptrace.ClientTrace
+	req   http.Request
 }
 
-func newConnWatch() *connWatch {
-	w := &connWatch{}
+// clientTraceKey is the key with which httptrace.ContextClientTrace asks
+// a context for its trace: unexported, it is learned once by watching
+// what ContextClientTrace asks for.
+var clientTraceKey = func() any {
+	p := &keyProbe{Context: context.Background()}
+	httptrace.ContextClientTrace(p)
+	return p.key
+}()
+
+// watchConns returns a copy of req whose context reports its attempts'
+// connections to the returned watch.
+func watchConns(req *http.Request) (*connWatch, *http.Request) {
+	parent := req.Context()
+	w := &connWatch{Context: parent}
 	w.trace.GetConn = func(string) { w.asked.Store(true) }
 	w.trace.GotConn = func(httptrace.GotConnInfo) { w.got.Store(true) }
-	return w
+	if clientTraceKey == nil || httptrace.ContextClientTrace(parent) != nil {
+		// The caller traces its requests too: httptrace composes the two
+		// traces, and carries the caller's network hooks.
+		w.Context = httptrace.WithClientTrace(parent, &w.trace)
+	}
+	w.req = *req.WithContext(w)
+	return w, &w.req
+}
+
+// Value answers httptrace's key with the watch's trace.
+func (w *connWatch) Value(key any) any {
+	if key == clientTraceKey && key != nil {
+		return &w.trace
+	}
+	return w.Context.Value(key)
 }
 
 // reset forgets the last attempt's connection.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -478,6 +479,17 @@ func TestBadRequestsWithoutRetryDoNotCountAgainstTheHost(t *testing.T) {
 // tells the two apart with httptrace (no connection was got), so a POST
 // nobody vouched for is retried after it, on loopback.
 func TestRetriedAfterFailedTLSHandshake(t *testing.T) {
+	for _, callerTrace := range []bool{false, true} {
+		t.Run(fmt.Sprintf("caller's own trace=%v", callerTrace), func(t *testing.T) {
+			retriedAfterFailedTLSHandshake(t, callerTrace)
+		})
+	}
+}
+
+// retriedAfterFailedTLSHandshake runs TestRetriedAfterFailedTLSHandshake;
+// with callerTrace, the caller traces its request too, and its hooks
+// (connection and network ones) must see both attempts beside Retry's.
+func retriedAfterFailedTLSHandshake(t *testing.T, callerTrace bool) {
 	act := &sideEffects{}
 	srv := httptest.NewTLSServer(act)
 	defer srv.Close()
@@ -513,7 +525,18 @@ func TestRetriedAfterFailedTLSHandshake(t *testing.T) {
 			errs = append(errs, e.Err)
 		}
 	}}})
-	resp, err := c.Post(srv.URL+"/orders", "application/json", strings.NewReader(`{"sku":"a"}`))
+	ctx := context.Background()
+	var gets, gots, handshakes atomic.Int64
+	if callerTrace {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			GetConn:           func(string) { gets.Add(1) },
+			GotConn:           func(httptrace.GotConnInfo) { gots.Add(1) },
+			TLSHandshakeStart: func() { handshakes.Add(1) },
+		})
+	}
+	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/orders", strings.NewReader(`{"sku":"a"}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,5 +546,10 @@ func TestRetriedAfterFailedTLSHandshake(t *testing.T) {
 	}
 	if got := act.count(); got != 1 {
 		t.Errorf("side effect performed %d times, want 1", got)
+	}
+	if callerTrace {
+		if g, h, k := gets.Load(), gots.Load(), handshakes.Load(); g != 2 || h != 1 || k != 2 {
+			t.Errorf("caller's trace saw GetConn %d, GotConn %d, TLSHandshakeStart %d; want 2, 1, 2", g, h, k)
+		}
 	}
 }
