@@ -139,10 +139,9 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	op.body = boundBody{rc: body, c: c}
 	switch t.mode {
 	case boundOperation:
-		stream := isStream(resp)
-		c.bodyStarts(!stream, t.idle > 0)
+		c.bodyStarts(!c.streamOf(resp), t.idle > 0)
 	case boundHeaders:
-		if readMax > 0 && !isStream(resp) {
+		if readMax > 0 && !c.streamOf(resp) {
 			c.bodyStarts(false, t.idle > 0)
 			return readInAttempt(resp, &op.body, readMax)
 		}
@@ -247,8 +246,33 @@ func (b *boundBodyRW) CloseWrite() error { return closeWrite(b.w) }
 // events, newline-delimited JSON in its several names, JSON text
 // sequences, multipart replace streams, gRPC, Connect streaming and AWS
 // event streams (Bedrock's streaming responses).
-func isStream(resp *http.Response) bool {
-	ct := streamMediaType(resp)
+func isStream(resp *http.Response) bool { return isStreamType(streamMediaType(resp)) }
+
+// streamOf is isStream(resp), read from what a layer beneath learnt of
+// resp when it judged its media type already (see judgedMedia): the
+// header is looked up once per response.
+func (c *boundCtx) streamOf(resp *http.Response) bool {
+	if c.media == resp {
+		return c.isStream
+	}
+	return isStream(resp)
+}
+
+// judgedMedia records in req's context, when it is a bound's, that resp
+// is a stream or not, for the bound to read (streamOf); ct is resp's
+// streamMediaType.
+func judgedMedia(req *http.Request, resp *http.Response, ct string) {
+	ctx := req.Context()
+	if w, ok := ctx.(*connWatch); ok { // an unvouched POST's attempt
+		ctx = w.Context
+	}
+	if c, ok := ctx.(*boundCtx); ok {
+		c.media, c.isStream = resp, isStreamType(ct)
+	}
+}
+
+// isStreamType reports whether ct, a streamMediaType, names a stream.
+func isStreamType(ct string) bool {
 	if ct == "" {
 		return false
 	}

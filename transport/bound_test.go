@@ -301,3 +301,32 @@ func TestUpgradeBounds(t *testing.T) {
 		})
 	}
 }
+
+// A bound reads a stream's verdict from the layer beneath only for the
+// response that layer judged: a response swapped on the way up (by a
+// foreign wrapper, or a Retry handing back another attempt's) is judged
+// again.
+func TestBoundStreamOfJudgedResponse(t *testing.T) {
+	sse := &http.Response{Header: http.Header{"Content-Type": {"text/event-stream"}}}
+	plain := &http.Response{Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}}
+	tests := []struct {
+		name          string
+		judged, asked *http.Response
+		want          bool
+	}{
+		{"the judged plain response", plain, plain, false},
+		{"the judged stream", sse, sse, true},
+		{"a stream swapped in after a plain response was judged", plain, sse, true},
+		{"a plain response swapped in after a stream was judged", sse, plain, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &boundCtx{parent: context.Background()}
+			req := (&http.Request{}).WithContext(c)
+			judgedMedia(req, tt.judged, streamMediaType(tt.judged))
+			if got := c.streamOf(tt.asked); got != tt.want {
+				t.Errorf("streamOf = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"math"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,16 +60,18 @@ type boundCtx struct {
 	ownsStack bool // the layers beneath meet in b.stack: no layer above carries a stack
 	dlArmed   bool
 	idleArmed bool
+	isStream  bool          // media's verdict: its body is a stream
 	ahead     uint8         // streams beneath read ahead to their first event, holding the deadline (see holdDeadline)
 	nextID    uint16        // a context registers a few functions: 65,536 before an ID comes back
 	seen      uint32        // activity at the last tick, its low 32 bits
 	done      chan struct{} // made by Done; read without mu once state has doneMade
 	timer     *time.Timer
-	begun     time.Duration // when the bound began (clockNow); its deadline is begun+b.d, while dlArmed
-	quiet     time.Duration // since when activity has been seen unchanged (clockNow; valid while idleArmed)
-	afters    []afterEntry
-	inline    [1]afterEntry // net/http registers one per request
-	stop      func() bool   // stops watching the parent
+	begun     time.Duration  // when the bound began (clockNow); its deadline is begun+b.d, while dlArmed
+	quiet     time.Duration  // since when activity has been seen unchanged (clockNow; valid while idleArmed)
+	after     afterEntry     // the first function registered (net/http registers one per request); id 0: none
+	more      *[]afterEntry  // the others
+	stop      func() bool    // stops watching the parent
+	media     *http.Response // a response whose media type a layer beneath judged already (see streamOf)
 }
 
 // An endKind says how a boundCtx ended; its Err and its cause follow.
@@ -136,7 +139,6 @@ var closedChan = func() chan struct{} {
 // shared. The timer that enforces the deadline is made later, by watch.
 func (c *boundCtx) start(parent context.Context, b *bound, now time.Duration) {
 	c.parent, c.b = parent, b
-	c.afters = c.inline[:0]
 	if b.d > 0 {
 		c.begun, c.dlArmed = now, true
 	}
@@ -373,15 +375,32 @@ func (c *boundCtx) register(f func(), watch bool) (stop func() bool) {
 		c.watchLocked()
 	}
 	c.nextID++
+	if c.nextID == 0 { // 0 marks an empty c.after
+		c.nextID = 1
+	}
 	id := c.nextID
-	c.afters = append(c.afters, afterEntry{id: id, f: f})
+	if e := (afterEntry{id: id, f: f}); c.after.id == 0 {
+		c.after = e
+	} else {
+		if c.more == nil {
+			c.more = new([]afterEntry)
+		}
+		*c.more = append(*c.more, e)
+	}
 	c.mu.Unlock()
 	return func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		for i, e := range c.afters {
+		if c.after.id == id {
+			c.after = afterEntry{}
+			return true
+		}
+		if c.more == nil {
+			return false
+		}
+		for i, e := range *c.more {
 			if e.id == id {
-				c.afters = append(c.afters[:i], c.afters[i+1:]...)
+				*c.more = append((*c.more)[:i], (*c.more)[i+1:]...)
 				return true
 			}
 		}
@@ -408,15 +427,20 @@ func (c *boundCtx) end(k endKind) bool {
 		c.timer.Stop()
 	}
 	c.dlArmed, c.idleArmed = false, false
-	afters := c.afters
-	c.afters = nil
+	first, more := c.after, c.more
+	c.after, c.more = afterEntry{}, nil
 	stop := c.stop
 	c.mu.Unlock()
 	if stop != nil && k != endParent {
 		stop()
 	}
-	for _, e := range afters {
-		e.f()
+	if first.id != 0 {
+		first.f()
+	}
+	if more != nil {
+		for _, e := range *more {
+			e.f()
+		}
 	}
 	return true
 }

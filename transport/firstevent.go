@@ -100,7 +100,9 @@ func (t *firstEvent) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body == nil || resp.Body == http.NoBody {
 		return resp, err
 	}
-	f := eventFormat(resp)
+	ct := streamMediaType(resp)
+	judgedMedia(req, resp, ct) // the bound above need not look again
+	f := formatOf(ct)
 	if f == 0 || !bodyDone(req) {
 		return resp, nil
 	}
@@ -147,11 +149,10 @@ func bodyDone(req *http.Request) bool {
 	return t != nil && t.complete()
 }
 
-// eventFormat returns how resp frames its events when it is a stream
-// whose first event can be told: server-sent events or NDJSON (JSON
-// Lines included); 0 for any other response.
-func eventFormat(resp *http.Response) lex.EventFormat {
-	ct := streamMediaType(resp)
+// formatOf returns how a response whose streamMediaType is ct frames its
+// events when it is a stream whose first event can be told: server-sent
+// events or NDJSON (JSON Lines included); 0 for any other response.
+func formatOf(ct string) lex.EventFormat {
 	if ct == "" {
 		return 0 // text/plain, application/json: no parsing needed
 	}
