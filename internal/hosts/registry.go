@@ -221,14 +221,25 @@ func (r *Registry) findURL(u *url.URL) *Host {
 	if u == nil {
 		return r.find(Key{})
 	}
-	if h := r.recent.Load(); h != nil {
-		if n := h.raw.Load(); n != nil && n.host == u.Host && n.scheme == u.Scheme && !h.dropped.Load() {
-			return h
-		}
+	if h := r.recentFor(u); h != nil {
+		return h
 	}
 	h := r.find(KeyOf(u))
 	r.remember(h, u)
 	return h
+}
+
+// recentFor returns the recent host when u names it as it was first
+// written; nil otherwise, or when u is nil.
+func (r *Registry) recentFor(u *url.URL) *Host {
+	h := r.recent.Load()
+	if h == nil || u == nil {
+		return nil
+	}
+	if n := h.raw.Load(); n != nil && n.host == u.Host && n.scheme == u.Scheme && !h.dropped.Load() {
+		return h
+	}
+	return nil
 }
 
 // remember makes h, found for u, the recent host. The first URL that
@@ -403,6 +414,12 @@ func (s *Slot[T]) Get(k Key) *T {
 // GetURL is Get(KeyOf(u)), faster for the host of the last lookup by
 // URL (see [Registry.HostURL]).
 func (s *Slot[T]) GetURL(u *url.URL) *T {
+	if h := s.r.recentFor(u); h != nil { // the common case, inlined
+		if !h.used.Load() {
+			h.used.Store(true)
+		}
+		return s.Of(h)
+	}
 	h := s.r.HostURL(u)
 	if h == nil {
 		return nil
@@ -419,6 +436,9 @@ func (s *Slot[T]) Peek(k Key) *T {
 // PeekURL is Peek(KeyOf(u)), faster for the host of the last lookup by
 // URL.
 func (s *Slot[T]) PeekURL(u *url.URL) *T {
+	if h := s.r.recentFor(u); h != nil {
+		return s.stateOf(h)
+	}
 	return s.stateOf(s.r.findURL(u))
 }
 
