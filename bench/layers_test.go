@@ -12,16 +12,15 @@ import (
 // sturdyVariants are transport.New with one layer switched off at a time,
 // so that the cost of a layer is all's figure minus its "no-" figure.
 var sturdyVariants = []struct {
-	name     string
-	disable  transport.Layer
-	timeout  bool // Timeout: -1, no overall limit, instead of the 10 min default
-	noBudget bool // DisableRetryBudget
+	name    string
+	disable transport.Layer
+	timeout bool // Timeout: -1, no overall limit, instead of the 10 min default
 }{
 	{name: "all"},
 	{name: "no-IdempotencyKey", disable: transport.LayerIdempotencyKey},
 	{name: "no-Timeout", timeout: true},
 	{name: "no-Retry", disable: transport.LayerRetry},
-	{name: "no-RetryBudget", noBudget: true},
+	{name: "no-RetryBudget", disable: transport.LayerRetryBudget},
 	{name: "no-RateLimit", disable: transport.LayerRateLimit},
 	{name: "no-Breaker", disable: transport.LayerBreaker},
 	{name: "none", disable: transport.LayerIdempotencyKey | transport.LayerRetry |
@@ -55,7 +54,7 @@ func BenchmarkSturdyLayers(b *testing.B) {
 				})
 				for _, v := range sturdyVariants {
 					b.Run("client="+v.name, func(b *testing.B) {
-						opts := transport.Options{Base: memTransport{}, Disable: v.disable, DisableRetryBudget: v.noBudget}
+						opts := transport.Options{Base: memTransport{}, Disable: v.disable}
 						if v.timeout {
 							opts.Timeout = -1
 						}
@@ -71,7 +70,7 @@ func BenchmarkSturdyLayers(b *testing.B) {
 // works.
 func TestSturdyVariants(t *testing.T) {
 	for _, v := range sturdyVariants {
-		opts := transport.Options{Base: memTransport{}, Disable: v.disable, DisableRetryBudget: v.noBudget}
+		opts := transport.Options{Base: memTransport{}, Disable: v.disable}
 		if v.timeout {
 			opts.Timeout = -1
 		}

@@ -140,7 +140,7 @@ func hedgeClient(t *testing.T, hs *hedgeServer, strict bool) *http.Client {
 	if strict {
 		base.HTTP2 = &http.HTTP2Config{StrictMaxConcurrentRequests: true}
 	}
-	rt := transport.New(transport.Options{Base: base, DisableRetryBudget: true, Hedge: &policy.Hedge{Delay: 20 * time.Millisecond}})
+	rt := transport.New(transport.Options{Base: base, Disable: transport.LayerRetryBudget, Hedge: &policy.Hedge{Delay: 20 * time.Millisecond}})
 	c := &http.Client{Transport: rt}
 	t.Cleanup(c.CloseIdleConnections)
 	return c

@@ -32,10 +32,13 @@ const (
 	DefaultMaxResponseHeaderBytes = 1 << 20
 )
 
-// Layer names one layer of the stack that [New] builds, to switch it off
-// with Options.Disable. The layers, outermost first: [LayerIdempotencyKey],
-// [LayerTimeout], [LayerRetry], [LayerRateLimit], [LayerBreaker], [LayerAttemptTimeout];
-// and [LayerIdleTimeout], the idle watch of the Timeout layer.
+// Layer names a part of the stack that [New] builds, to switch it off
+// with Options.Disable: the one way to switch off a part that is on by
+// default. The layers, outermost first: [LayerIdempotencyKey],
+// [LayerTimeout], [LayerRetry], [LayerRateLimit], [LayerBreaker],
+// [LayerFirstEvent], [LayerAttemptTimeout]; and two parts of layers:
+// [LayerIdleTimeout] and [LayerRetryBudget]. Hedge and Throttle are off
+// unless their settings are set.
 type Layer uint16
 
 // Each Layer constant is declared on its own so that go doc lists them all.
@@ -60,6 +63,15 @@ const LayerAttemptTimeout Layer = 1 << 6
 
 // LayerIdleTimeout is the IdleTimeout watch of the Timeout layer.
 const LayerIdleTimeout Layer = 1 << 7
+
+// LayerRetryBudget is the retry budget that Retry and Hedge share: off,
+// each operation may use all its attempts however many of its host's
+// requests fail. It does not switch off a Retry.Budget set by the caller.
+const LayerRetryBudget Layer = 1 << 8
+
+// LayerFirstEvent is [FirstEvent]: off, streams are handed back at their
+// headers, as a negative Options.FirstEventTimeout does.
+const LayerFirstEvent Layer = 1 << 9
 
 // Options configures [New]. The zero value is the recommended stack with
 // every default below.
@@ -104,13 +116,14 @@ type Options struct {
 	// Retry is the retry policy; its zero value means 4 attempts with
 	// full-jitter backoff (see [policy.Retry]). A nil Retry.Budget means a
 	// retry budget with [policy.Budget]'s default settings, kept per host
-	// beside its breaker, unless DisableRetryBudget is set. An empty
+	// beside its breaker, unless Disable has [LayerRetryBudget]. An empty
 	// Retry.IdempotencyHeader follows Idempotency.Header.
 	Retry policy.Retry
 
-	// DisableRetryBudget, when Retry.Budget is nil, leaves retries
-	// unbudgeted: each operation may use all its attempts, however many
-	// of its host's requests fail.
+	// DisableRetryBudget is Disable: LayerRetryBudget.
+	//
+	// Deprecated: set Disable: LayerRetryBudget, the one way to switch a
+	// part of the stack off.
 	DisableRetryBudget bool
 
 	// Breaker configures the per-host circuit breakers (see
@@ -219,8 +232,8 @@ type Hooks struct {
 //
 // with [Hedge] then [Throttle] between Retry and RateLimitAware when
 // Options.Hedge and Options.Throttle set them, [FirstEvent] between
-// Breaker and Deadline(AttemptTimeout) unless Options.FirstEventTimeout is
-// negative, and [PropagateDeadline] just above base when
+// Breaker and Deadline(AttemptTimeout) unless Options.Disable has
+// [LayerFirstEvent], and [PropagateDeadline] just above base when
 // Options.PropagateDeadline is set. It is Chain(base, Layers(o)...): see
 // [Layers].
 //
@@ -281,7 +294,7 @@ func Layers(o Options) []Middleware {
 	switch {
 	case o.Retry.Budget != nil:
 		budget = budgetOf(o.Retry.Budget)
-	case !o.DisableRetryBudget:
+	case on(LayerRetryBudget) && !o.DisableRetryBudget:
 		budget = newSharedBudget(&policy.Budget{}, reg)
 	}
 	if on(LayerRetry) {
@@ -341,7 +354,7 @@ func Layers(o Options) []Middleware {
 	if !on(LayerAttemptTimeout) {
 		attempt = 0
 	}
-	if mw := firstEventMiddleware(o.FirstEventTimeout, idle, o.Stream, on(LayerRetry) || o.Hedge != nil, h.OnStreamCommit); mw != nil {
+	if mw := firstEventMiddleware(o.FirstEventTimeout, idle, o.Stream, on(LayerRetry) || o.Hedge != nil, h.OnStreamCommit); mw != nil && on(LayerFirstEvent) {
 		mws = append(mws, mw) // streams commit at their first event
 	}
 	// The attempt bound stays in place with no AttemptTimeout, so that

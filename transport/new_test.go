@@ -285,7 +285,7 @@ func TestNewErrorsKeepTheirCause(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			rec := httptestutil.NewRecorder(httptestutil.Status(500, "").Forever())
 			env := newFakeEnv(t, rec)
-			c := newStack(env, Options{Breaker: BreakerSettings{ConsecutiveFailures: 2, Cooldown: time.Minute}, DisableRetryBudget: true})
+			c := newStack(env, Options{Breaker: BreakerSettings{ConsecutiveFailures: 2, Cooldown: time.Minute}, Disable: LayerRetryBudget})
 			start := time.Now()
 			// 500, then 500 opens the breaker: Retry does not wait for a
 			// third attempt that would be refused, it hands back the 500.
@@ -362,14 +362,19 @@ func TestNewRetryBudget(t *testing.T) {
 	tests := []struct {
 		name       string
 		failEach   int64 // every failEach-th request fails
+		off        func(*Options)
+		minSends   int64
 		maxSends   int64
 		wantGiveUp bool
 	}{
 		// 1000 operations, each wanting 3 retries: the budget allows
 		// 10 + 20% of 1000.
-		{"host failing 100%", 1, 1000 + 200 + 10, true},
+		{"host failing 100%", 1, nil, 1000, 1000 + 200 + 10, true},
 		// About 5% fail, once each: every one is retried and succeeds.
-		{"host failing 5%", 20, 1000 + 60, false},
+		{"host failing 5%", 20, nil, 1000, 1000 + 60, false},
+		// Without the budget every operation makes its 4 attempts.
+		{"host failing 100%, Disable: LayerRetryBudget", 1, func(o *Options) { o.Disable |= LayerRetryBudget }, 4000, 4000, true},
+		{"host failing 100%, DisableRetryBudget (deprecated)", 1, func(o *Options) { o.DisableRetryBudget = true }, 4000, 4000, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -381,11 +386,15 @@ func TestNewRetryBudget(t *testing.T) {
 					}
 				}))
 				var giveUps atomic.Int64
-				c := newStack(env, Options{
+				o := Options{
 					Retry:   policy.Retry{Backoff: constant(0)},
 					Disable: LayerBreaker,
 					Hooks:   Hooks{OnGiveUp: func(policy.GiveUpEvent) { giveUps.Add(1) }},
-				})
+				}
+				if tt.off != nil {
+					tt.off(&o)
+				}
+				c := newStack(env, o)
 				for range 1000 {
 					resp, err := c.Get(env.url)
 					if err != nil {
@@ -394,8 +403,8 @@ func TestNewRetryBudget(t *testing.T) {
 					readAll(t, resp)
 					time.Sleep(5 * time.Millisecond) // 1000 operations in 5s, inside one budget window
 				}
-				if got := calls.Load(); got > tt.maxSends || got < 1000 {
-					t.Errorf("server got %d requests, want between 1000 and %d", got, tt.maxSends)
+				if got := calls.Load(); got > tt.maxSends || got < tt.minSends {
+					t.Errorf("server got %d requests, want between %d and %d", got, tt.minSends, tt.maxSends)
 				}
 				if got := giveUps.Load() > 0; got != tt.wantGiveUp {
 					t.Errorf("gave up on %d operations, want any: %v", giveUps.Load(), tt.wantGiveUp)

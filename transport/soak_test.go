@@ -1033,7 +1033,7 @@ func TestSoakVirtual(t *testing.T) {
 			opts: Options{
 				AttemptTimeout: 10 * time.Second,
 				Retry:          policy.Retry{MaxAttempts: 8, MaxBufferedBody: 64 << 10},
-				Disable:        LayerBreaker, DisableRetryBudget: true,
+				Disable:        LayerBreaker | LayerRetryBudget,
 			},
 		},
 	}
@@ -1164,7 +1164,7 @@ func TestSoakCatchesBrokenStacks(t *testing.T) {
 				r := soakRun{
 					name: tt.name, clients: 8, ops: 25,
 					cfg:  soakConfig{maxBody: 64 << 10, ok: 40},
-					opts: Options{Timeout: 15 * time.Second, Disable: LayerBreaker, DisableRetryBudget: true},
+					opts: Options{Timeout: 15 * time.Second, Disable: LayerBreaker | LayerRetryBudget},
 				}
 				problems, report := r.virtualSoak(soakSeed(), tt.wrap)
 				for _, p := range problems {
