@@ -55,7 +55,7 @@ func newBound(next http.RoundTripper, mode boundMode, d, idle time.Duration, nam
 		b.tick = max(b.idle/8, time.Millisecond)
 		b.idleErr = &DeadlineError{Bound: boundIdle, Limit: b.idle}
 		if mode == boundOperation {
-			b.stack.idleCut.Store(b.idleErr)
+			b.stack.idleCut.Store(b)
 		}
 	}
 	return b
@@ -107,7 +107,7 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	if s := stackOf(parent); s == nil {
 		c.ownsStack = true // the layers beneath meet in t.stack
 	} else if t.mode == boundOperation {
-		join(&s.idleCut, t.idleErr)
+		join(&s.idleCut, t)
 	}
 	op.req = *req.WithContext(c)
 	resp, err := t.next.RoundTrip(&op.req)

@@ -74,57 +74,28 @@ func (e *DeadlineError) Is(target error) bool { return target == context.Deadlin
 // Timeout reports true: the request timed out.
 func (e *DeadlineError) Timeout() bool { return true }
 
-// releaseWithBody arranges for cancel to run when resp's body is done
-// with: at once on error or for a response without a body, else when the
-// body is read to EOF or closed.
-func releaseWithBody(resp *http.Response, err error, cancel context.CancelFunc) (*http.Response, error) {
-	if err != nil || resp == nil {
-		cancel()
+// cancel ends op's context as canceled (its Err is context.Canceled),
+// unless it has ended already.
+func (op *boundOp) cancel() { op.ctx.end(endReleased) }
+
+// hold hands back an outcome of a request sent with op's context, and
+// keeps that context until the response's body is done with: it is
+// released at once on error or for a response without a body, else when
+// the body is read to EOF or closed.
+func (op *boundOp) hold(resp *http.Response, err error) (*http.Response, error) {
+	c := &op.ctx
+	if err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody {
+		c.release()
 		return resp, err
 	}
-	if resp.Body == nil || resp.Body == http.NoBody {
-		cancel()
+	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body = &boundBodyRW{boundBody{rc: rw, c: c}, rw}
 		return resp, nil
 	}
-	if rw, ok := resp.Body.(io.ReadWriteCloser); ok { // 101 Switching Protocols
-		resp.Body = &cancelBodyRW{cancelBody{ReadCloser: rw, cancel: cancel}, rw}
-		return resp, nil
-	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	op.body = boundBody{rc: resp.Body, c: c}
+	resp.Body = &op.body
 	return resp, nil
 }
-
-// cancelBody releases a context when its body is read to the end or
-// closed.
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF {
-		b.cancel()
-	}
-	return n, err
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
-}
-
-type cancelBodyRW struct {
-	cancelBody
-	w io.Writer
-}
-
-func (b *cancelBodyRW) Write(p []byte) (int, error) { return b.w.Write(p) }
-
-// CloseWrite half-closes the upgraded connection, as net/http's own 101
-// body allows.
-func (b *cancelBodyRW) CloseWrite() error { return closeWrite(b.w) }
 
 func closeWrite(w io.Writer) error {
 	if cw, ok := w.(interface{ CloseWrite() error }); ok {

@@ -101,6 +101,7 @@ type hedger struct {
 	c    *hedgeConfig
 	lat  *policy.Latencies // nil with a fixed delay
 	own  stack             // the stack beneath, when no layer above carries one
+	copy bound             // the bound of copies' contexts: no deadline, no idle cut, ended by cancel
 }
 
 // out returns a copy's outcome to the layer above: a stream judged a
@@ -129,7 +130,7 @@ func HedgeCopyFromContext(ctx context.Context) int {
 
 // hedgeCopy is one copy of a hedged request.
 type hedgeCopy struct {
-	cancel context.CancelFunc
+	op     *boundOp    // the copy's context, request and body, in one allocation
 	parent *detachable // the copy's context follows its end until detached
 	done   bool
 }
@@ -273,12 +274,14 @@ func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key stri
 		} else {
 			pctx = context.WithValue(ctx, hedgeCopyKey{}, i+1)
 		}
-		cctx, cancel := context.WithCancel(pctx)
-		r := req.WithContext(cctx)
+		op := &boundOp{}
+		op.ctx.start(pctx, &t.copy, 0)
+		op.req = *req.WithContext(&op.ctx)
+		r := &op.req
 		if !body.none {
 			r.Body, r.GetBody = b, body.get
 		}
-		copies = append(copies, hedgeCopy{cancel: cancel, parent: parent})
+		copies = append(copies, hedgeCopy{op: op, parent: parent})
 		go t.send(req, r, i, &answered, results)
 	}
 	if body.first != nil {
@@ -373,7 +376,7 @@ func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key stri
 		if i == win.i || copies[i].done {
 			continue
 		}
-		copies[i].cancel()
+		copies[i].op.cancel()
 		if i == 0 && t.lat != nil {
 			// The first copy's latency is at least this long: record it
 			// as such, so that the quantile still sees slow requests.
@@ -389,7 +392,7 @@ func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key stri
 	if win.i > 0 && c.onWon != nil && win.err == nil {
 		c.onWon(policy.HedgeEvent{Request: req, Copy: win.i + 1, Elapsed: now.Sub(start), Status: win.resp.StatusCode})
 	}
-	return releaseWithBody(win.resp, win.err, copies[win.i].cancel)
+	return copies[win.i].op.hold(win.resp, win.err)
 }
 
 // send sends copy i, r, of req, and delivers its outcome to results,
@@ -465,7 +468,7 @@ func refusedUnsent(err error) bool {
 // stalls never holds back the race or its winner, and for at most
 // discardWait, after which the copy is canceled, which ends the read.
 func (t *hedger) discard(copies []hedgeCopy, r hedgeResult) {
-	cancel := copies[r.i].cancel
+	cancel := copies[r.i].op.cancel
 	if r.resp == nil || r.resp.Body == nil {
 		cancel()
 		return
@@ -495,6 +498,6 @@ func reapHedges(results <-chan hedgeResult, n int, copies []hedgeCopy) {
 		if r.resp != nil && r.resp.Body != nil {
 			r.resp.Body.Close()
 		}
-		copies[r.i].cancel()
+		copies[r.i].op.cancel()
 	}
 }

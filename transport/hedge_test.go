@@ -893,7 +893,7 @@ func TestHedgeHold(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &hedger{c: &hedgeConfig{}}
-			copies := []hedgeCopy{{cancel: func() {}}, {cancel: func() {}}}
+			copies := []hedgeCopy{{op: &boundOp{}}, {op: &boundOp{}}}
 			held := h.hold(copies, nil, tc.held)
 			if got := h.hold(copies, held, tc.r); got.i != tc.wantCopy {
 				t.Errorf("kept copy %d; want copy %d", got.i, tc.wantCopy)

@@ -33,9 +33,9 @@ import (
 // the quota tracker by the first that fails through them (or that a
 // half-open breaker may refuse), since only a failure starts a wait.
 type stack struct {
-	// idleCut is the Timeout layer's idle cut, with which Retry and
-	// Hedge read the failed bodies they judge; nil means none.
-	idleCut atomic.Pointer[DeadlineError]
+	// idleCut is the Timeout layer's bound, whose idle cut Retry and
+	// Hedge read the failed bodies they judge with; nil means none.
+	idleCut atomic.Pointer[bound]
 	// retry is the Retry layer that counts operations in its budget: a
 	// Hedge beneath draws its hedges from the same budget.
 	retry atomic.Pointer[retryConfig]
@@ -94,9 +94,9 @@ func (s *stack) retryConfig() *retryConfig {
 	return s.retry.Load()
 }
 
-// cut returns the idle cut with which failed bodies are read, nil when
-// there is none.
-func (s *stack) cut() *DeadlineError {
+// cut returns the bound whose idle cut failed bodies are read with, nil
+// when there is none.
+func (s *stack) cut() *bound {
 	if s == nil {
 		return nil
 	}

@@ -640,7 +640,7 @@ func drain(body io.ReadCloser) {
 // readProblem reads up to limit bytes of an RFC 9457 problem body and
 // parses them. The body is put back so the caller reads it whole; with
 // idleCut, it is read, here and after, with that stall cut.
-func readProblem(resp *http.Response, limit int64, idleCut *DeadlineError) *policy.Problem {
+func readProblem(resp *http.Response, limit int64, idleCut *bound) *policy.Problem {
 	if limit < 0 || resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
