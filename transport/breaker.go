@@ -242,16 +242,11 @@ func (t *breakerTransport) circuitRoundTrip(req *http.Request, e *circuit) (*htt
 // its open period lasts, then let through as a probe (see admit).
 func (t *breakerTransport) guarded(req *http.Request, e *circuit) (*http.Response, error) {
 	stackOf(req.Context()).joinBreakers(t.b) // a Hedge above asks before it sends a copy
-	now := e.since()
-	if e.open(now) { // no lock for a refusal
-		return nil, refuse(req, e.refusal(now, false))
+	gen, probe, refusal := e.admit()
+	if refusal != nil {
+		return nil, refuse(req, refusal)
 	}
-	gen, decision := e.admit(now)
-	e.deliver() // admit may have turned e half-open
-	switch decision {
-	case refusedOpen, refusedHalfOpen:
-		return nil, refuse(req, e.refusal(now, decision == refusedHalfOpen))
-	case admitClosed: // closed since the check above
+	if !probe { // closed since the check: counted as on the fast path
 		seq := e.failSeq.Load()
 		resp, err := t.next.RoundTrip(req)
 		e.record(gen, t.b.judge(req, resp, err), seq)

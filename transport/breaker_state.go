@@ -168,35 +168,35 @@ func (e *circuit) trip(gen uint64) {
 	e.deliver()
 }
 
-// What admit decides for a request that found its circuit not closed.
-const (
-	admitClosed     = iota // closed since: sent and counted as on the fast path
-	admitProbe             // sent as a probe; its outcome goes to settle
-	refusedOpen            // refused: the open period has not passed
-	refusedHalfOpen        // refused: half-open, its probes all taken
-)
-
-// admit decides a request that found e not closed, at now, and returns
-// e's generation with the decision. An open circuit whose open period
-// has passed turns half-open: its first HalfOpenRequests requests are
-// probes. The caller delivers the change (deliver).
-func (e *circuit) admit(now time.Duration) (gen uint64, decision int) {
+// admit decides a request that found e not closed: it returns the
+// refusal of an open circuit, or of a half-open one whose probes are all
+// taken; else e's generation, and whether the request is a probe (not if
+// e closed meanwhile). An open circuit whose open period has passed turns
+// half-open: its first HalfOpenRequests requests are probes.
+func (e *circuit) admit() (gen uint64, probe bool, refusal *CircuitOpenError) {
+	now := e.since()
+	if e.open(now) { // no lock for a refusal
+		return 0, false, e.refusal(now, false)
+	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	switch BreakerState(e.state.Load()) {
-	case BreakerClosed:
-		return e.gen.Load(), admitClosed
-	case BreakerOpen:
-		if int64(now) < e.openUntil.Load() {
-			return 0, refusedOpen
-		}
+	st := BreakerState(e.state.Load())
+	if st == BreakerOpen && int64(now) >= e.openUntil.Load() {
 		e.setState(BreakerHalfOpen)
+		st = BreakerHalfOpen
 	}
-	if e.probes >= e.c.halfOpen {
-		return 0, refusedHalfOpen
+	gen = e.gen.Load()
+	switch {
+	case st == BreakerOpen: // opened again since the check above
+		refusal = e.refusal(now, false)
+	case st == BreakerHalfOpen && e.probes >= e.c.halfOpen:
+		refusal = e.refusal(now, true)
+	case st == BreakerHalfOpen:
+		e.probes++
+		probe = true
 	}
-	e.probes++
-	return e.gen.Load(), admitProbe
+	e.mu.Unlock()
+	e.deliver()
+	return gen, probe, refusal
 }
 
 // settle counts the verdict v of a probe of generation gen: a failure
