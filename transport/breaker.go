@@ -7,14 +7,11 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/sony/gobreaker/v2"
-
 	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
-// Breaker returns a middleware that keeps a circuit breaker per host
-// (github.com/sony/gobreaker/v2 runs its open and half-open states) and
+// Breaker returns a middleware that keeps a circuit breaker per host and
 // stops sending to a host that is down. While a host's breaker is open,
 // its requests are not sent: they fail at once with a
 // [*CircuitOpenError] that matches [ErrCircuitOpen]. See
@@ -227,7 +224,7 @@ func (t *breakerTransport) roundTrip(req *http.Request) (*http.Response, error) 
 }
 
 // circuitRoundTrip sends req through e: at once while it is closed, else
-// through gobreaker's state machine.
+// through guarded.
 func (t *breakerTransport) circuitRoundTrip(req *http.Request, e *circuit) (*http.Response, error) {
 	gen := e.gen.Load()
 	if BreakerState(e.state.Load()) == BreakerClosed {
@@ -242,44 +239,28 @@ func (t *breakerTransport) circuitRoundTrip(req *http.Request, e *circuit) (*htt
 }
 
 // guarded sends req through a breaker that is not closed: refused while
-// its open period lasts, through gobreaker after it (which lets the
-// probes through).
+// its open period lasts, then let through as a probe (see admit).
 func (t *breakerTransport) guarded(req *http.Request, e *circuit) (*http.Response, error) {
 	stackOf(req.Context()).joinBreakers(t.b) // a Hedge above asks before it sends a copy
-	now := e.since()
-	if e.open(now) { // no lock for a refusal
-		return nil, refuse(req, e.refusal(now, false))
+	gen, probe, refusal := e.admit()
+	if refusal != nil {
+		return nil, refuse(req, refusal)
 	}
-	var (
-		sent bool
-		resp *http.Response
-		err  error
-	)
-	// Execute rather than the two-step breaker: its callback would cost
-	// an allocation per request, and this closure stays on the stack.
-	_, verdict := e.cb.Execute(func() (struct{}, error) {
-		sent = true
-		gen := e.gen.Load()
-		closed := BreakerState(e.state.Load()) == BreakerClosed // closed since the check above
+	if !probe { // closed since the check: counted as on the fast path
 		seq := e.failSeq.Load()
-		resp, err = t.next.RoundTrip(req)
-		v := t.b.judge(req, resp, err)
-		if closed { // counted as on the fast path; gobreaker only opens on a trip
-			e.record(gen, v, seq)
-			return struct{}{}, errBreakerExcluded
-		}
-		switch v {
-		case policy.HostFailing:
-			return struct{}{}, errBreakerFailure
-		case policy.HostIgnored:
-			return struct{}{}, errBreakerExcluded
-		}
-		return struct{}{}, nil
-	})
-	e.deliver()
-	if !sent {
-		return nil, refuse(req, e.refusal(e.since(), errors.Is(verdict, gobreaker.ErrTooManyRequests)))
+		resp, err := t.next.RoundTrip(req)
+		e.record(gen, t.b.judge(req, resp, err), seq)
+		return resp, err
 	}
+	settled := false
+	defer func() {
+		if !settled { // the RoundTrip beneath panicked: the probe failed
+			e.settle(gen, policy.HostFailing)
+		}
+	}()
+	resp, err := t.next.RoundTrip(req)
+	settled = true
+	e.settle(gen, t.b.judge(req, resp, err))
 	return resp, err
 }
 

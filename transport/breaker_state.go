@@ -1,15 +1,12 @@
 package transport
 
 import (
-	"errors"
 	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/sturdyhttp/sturdy/internal/window"
 	"github.com/sturdyhttp/sturdy/policy"
@@ -42,31 +39,15 @@ func (s BreakerState) String() string {
 	return "BreakerState(" + strconv.Itoa(int(s)) + ")"
 }
 
-func stateOf(s gobreaker.State) BreakerState {
-	switch s {
-	case gobreaker.StateHalfOpen:
-		return BreakerHalfOpen
-	case gobreaker.StateOpen:
-		return BreakerOpen
-	}
-	return BreakerClosed
-}
-
-// circuit is the breaker of one host.
+// circuit is the breaker of one host: one state machine, its state in
+// atomics that the request path reads without a lock.
 //
 // While it is closed, outcomes are counted without a lock: a window of
-// successes and failures and a run of failures, in atomics. When they
-// show the host is down, the circuit opens; from then on gobreaker's
-// state machine (github.com/sony/gobreaker/v2) runs the open and
-// half-open states: which requests are probes, and whether they close
-// the circuit or open it again. gobreaker's own closed-state counting
-// (its rolling window, BucketPeriod) takes its mutex and reads the clock
-// twice for every request, which the success path of a closed breaker
-// must not pay; so gobreaker is told only of the trip.
-//
-// gobreaker calls OnStateChange with its lock held: the circuit records
-// the change there and delivers it to the hook after the lock is
-// released (see deliver).
+// successes and failures and a run of failures. When they show the host
+// is down, the circuit opens (trip). After its open period the first
+// request turns it half-open and is a probe (admit); probes' outcomes
+// close it or open it again (settle). Changes of state take mu, and are
+// delivered to the hooks after mu is released (see deliver).
 type circuit struct {
 	c     *breakerConfig
 	epoch time.Time
@@ -84,37 +65,18 @@ type circuit struct {
 	quietRun   atomic.Uint64  // failures in a row, each sent after the last one counted ended
 	quietSeq   atomic.Uint64  // failSeq as the last failure counted in quietRun left it
 
-	cb *gobreaker.CircuitBreaker[struct{}]
-
-	evMu       sync.Mutex
+	mu         sync.Mutex    // held to change state, to admit and settle probes, and over events
+	probes     uint32        // probes let through while half-open, less those that said nothing
+	probesOK   uint32        // probes that succeeded while half-open
 	events     []stateChange // recorded, not yet delivered
 	delivering bool          // a goroutine is delivering events
 }
 
 type stateChange struct{ from, to BreakerState }
 
-// errBreakerTrip is what the circuit reports to gobreaker to open it;
-// gobreaker's ReadyToTrip agrees to every failure reported.
-var (
-	errBreakerTrip     = errors.New("transport: breaker trip")
-	errBreakerFailure  = errors.New("transport: breaker failure")
-	errBreakerExcluded = errors.New("transport: breaker excluded")
-)
-
 func newCircuit(c *breakerConfig, epoch time.Time, name string) *circuit {
 	e := &circuit{c: c, epoch: epoch, name: name}
 	e.win.Init(int64(c.window / window.Buckets))
-	e.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        name,
-		MaxRequests: c.halfOpen,
-		// gobreaker turns half-open after Timeout; the circuit's own
-		// gate (openUntil, jittered) keeps requests away until then, and
-		// is never shorter.
-		Timeout:       max(c.cooldown/2, 1),
-		ReadyToTrip:   func(gobreaker.Counts) bool { return true },
-		OnStateChange: func(_ string, from, to gobreaker.State) { e.changed(stateOf(from), stateOf(to)) },
-		IsExcluded:    func(err error) bool { return err == errBreakerExcluded },
-	})
 	return e
 }
 
@@ -122,8 +84,8 @@ func newCircuit(c *breakerConfig, epoch time.Time, name string) *circuit {
 // monotonic clock.
 func (e *circuit) since() time.Duration { return time.Since(e.epoch) }
 
-// open reports whether the circuit refuses requests at now without
-// asking gobreaker: it is open and its open period has not passed.
+// open reports whether the circuit refuses requests at now without a
+// lock: it is open and its open period has not passed.
 func (e *circuit) open(now time.Duration) bool {
 	return BreakerState(e.state.Load()) == BreakerOpen && int64(now) < e.openUntil.Load()
 }
@@ -198,17 +160,74 @@ func (e *circuit) tripped(now time.Duration) bool {
 
 // trip opens the circuit, unless it changed state since generation gen.
 func (e *circuit) trip(gen uint64) {
-	if e.gen.Load() != gen {
-		return
+	e.mu.Lock()
+	if e.gen.Load() == gen {
+		e.setState(BreakerOpen)
 	}
-	e.cb.Execute(func() (struct{}, error) { return struct{}{}, errBreakerTrip })
+	e.mu.Unlock()
 	e.deliver()
 }
 
-// changed runs under gobreaker's lock on every change of state: it
-// updates what the lock-free paths read and records the change for the
-// hook.
-func (e *circuit) changed(from, to BreakerState) {
+// admit decides a request that found e not closed: it returns the
+// refusal of an open circuit, or of a half-open one whose probes are all
+// taken; else e's generation, and whether the request is a probe (not if
+// e closed meanwhile). An open circuit whose open period has passed turns
+// half-open: its first HalfOpenRequests requests are probes.
+func (e *circuit) admit() (gen uint64, probe bool, refusal *CircuitOpenError) {
+	now := e.since()
+	if e.open(now) { // no lock for a refusal
+		return 0, false, e.refusal(now, false)
+	}
+	e.mu.Lock()
+	st := BreakerState(e.state.Load())
+	if st == BreakerOpen && int64(now) >= e.openUntil.Load() {
+		e.setState(BreakerHalfOpen)
+		st = BreakerHalfOpen
+	}
+	gen = e.gen.Load()
+	switch {
+	case st == BreakerOpen: // opened again since the check above
+		refusal = e.refusal(now, false)
+	case st == BreakerHalfOpen && e.probes >= e.c.halfOpen:
+		refusal = e.refusal(now, true)
+	case st == BreakerHalfOpen:
+		e.probes++
+		probe = true
+	}
+	e.mu.Unlock()
+	e.deliver()
+	return gen, probe, refusal
+}
+
+// settle counts the verdict v of a probe of generation gen: a failure
+// opens the circuit again, HalfOpenRequests successes close it, and a
+// probe that says nothing frees its place. An outcome from an earlier
+// generation is dropped.
+func (e *circuit) settle(gen uint64, v policy.HostVerdict) {
+	e.mu.Lock()
+	if e.gen.Load() == gen {
+		switch v {
+		case policy.HostIgnored:
+			e.probes--
+		case policy.HostFailing:
+			e.setState(BreakerOpen)
+		default:
+			if e.probesOK++; e.probesOK >= e.c.halfOpen {
+				e.setState(BreakerClosed)
+			}
+		}
+	}
+	e.mu.Unlock()
+	e.deliver()
+}
+
+// setState changes e's state to to, with mu held: it updates what the
+// lock-free paths read and records the change for the hooks.
+func (e *circuit) setState(to BreakerState) {
+	from := BreakerState(e.state.Load())
+	if from == to {
+		return
+	}
 	switch to {
 	case BreakerOpen:
 		now := e.since()
@@ -225,14 +244,12 @@ func (e *circuit) changed(from, to BreakerState) {
 		e.streak.Store(0)
 		e.quietRun.Store(0)
 	}
+	e.probes, e.probesOK = 0, 0
 	e.gen.Add(1)
 	e.state.Store(int32(to))
-	if e.c.onChange == nil && e.c.store == nil {
-		return
+	if e.c.onChange != nil || e.c.store != nil {
+		e.events = append(e.events, stateChange{from, to})
 	}
-	e.evMu.Lock()
-	e.events = append(e.events, stateChange{from, to})
-	e.evMu.Unlock()
 }
 
 // deliver calls the hook for the changes recorded so far, in order, with
@@ -244,16 +261,16 @@ func (e *circuit) deliver() {
 	if e.c.onChange == nil && e.c.store == nil {
 		return
 	}
-	e.evMu.Lock()
+	e.mu.Lock()
 	if e.delivering || len(e.events) == 0 {
-		e.evMu.Unlock()
+		e.mu.Unlock()
 		return
 	}
 	e.delivering = true
 	for len(e.events) > 0 {
 		batch := e.events
 		e.events = nil
-		e.evMu.Unlock()
+		e.mu.Unlock()
 		for _, ch := range batch {
 			if e.c.store != nil {
 				e.publish(ch.to)
@@ -262,10 +279,10 @@ func (e *circuit) deliver() {
 				e.c.onChange(e.name, ch.from, ch.to)
 			}
 		}
-		e.evMu.Lock()
+		e.mu.Lock()
 	}
 	e.delivering = false
-	e.evMu.Unlock()
+	e.mu.Unlock()
 }
 
 // refusal is the error of a request refused by e at now.

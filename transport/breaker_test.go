@@ -660,6 +660,54 @@ func TestBreakerCanceledProbeFreesItsPlace(t *testing.T) {
 	})
 }
 
+// A probe whose RoundTrip panics counts as a failed probe: the panic goes
+// on to the caller, the breaker opens again rather than keep the place
+// taken forever, and the next probe after the open period is sent.
+func TestBreakerPanickingProbeReopens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		host := &breakerHost{}
+		host.status.Store(500)
+		var panicking atomic.Bool
+		base := Func(func(req *http.Request) (*http.Response, error) {
+			if panicking.Load() {
+				panic(http.ErrAbortHandler)
+			}
+			return host.RoundTrip(req)
+		})
+		rec := &breakerRecorder{}
+		rt := Breaker(BreakerSettings{ConsecutiveFailures: 1, Cooldown: time.Minute, OnStateChange: rec.hook})(base)
+		breakerSend(t, rt, "http://api.test/")
+		time.Sleep(time.Minute + time.Millisecond)
+
+		panicking.Store(true)
+		func() {
+			defer func() {
+				if got, want := recover(), any(http.ErrAbortHandler); got != want {
+					t.Errorf("recovered %v, want %v", got, want)
+				}
+			}()
+			breakerSend(t, rt, "http://api.test/")
+		}()
+		if got, want := breakerStateOf(t, rt, "http://api.test"), BreakerOpen; got != want {
+			t.Errorf("state after the panicking probe = %v, want %v", got, want)
+		}
+		panicking.Store(false)
+		host.status.Store(200)
+		time.Sleep(time.Minute + time.Millisecond)
+		if code, err := breakerSend(t, rt, "http://api.test/"); code != 200 {
+			t.Fatalf("next probe = %d, %v; want 200", code, err)
+		}
+		k := "http://api.test"
+		rec.want(t,
+			breakerTransition{k, BreakerClosed, BreakerOpen},
+			breakerTransition{k, BreakerOpen, BreakerHalfOpen},
+			breakerTransition{k, BreakerHalfOpen, BreakerOpen},
+			breakerTransition{k, BreakerOpen, BreakerHalfOpen},
+			breakerTransition{k, BreakerHalfOpen, BreakerClosed},
+		)
+	})
+}
+
 func TestBreakerPerHostIsolation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := httptestutil.NewNetwork()
