@@ -66,12 +66,13 @@ type boundCtx struct {
 	seen      uint32        // activity at the last tick, its low 32 bits
 	done      chan struct{} // made by Done; read without mu once state has doneMade
 	timer     *time.Timer
-	begun     time.Duration  // when the bound began (clockNow); its deadline is begun+b.d, while dlArmed
-	quiet     time.Duration  // since when activity has been seen unchanged (clockNow; valid while idleArmed)
-	after     afterEntry     // the first function registered (net/http registers one per request); id 0: none
-	more      *[]afterEntry  // the others
-	stop      func() bool    // stops watching the parent
-	media     *http.Response // a response whose media type a layer beneath judged already (see streamOf)
+	begun     time.Duration            // when the bound began (clockNow); its deadline is begun+b.d, while dlArmed
+	quiet     time.Duration            // since when activity has been seen unchanged (clockNow; valid while idleArmed)
+	after     afterEntry               // the first function registered (net/http registers one per request); id 0: none
+	more      *[]afterEntry            // the others
+	stop      func() bool              // stops watching the parent
+	media     *http.Response           // a response whose media type a layer beneath judged already (see streamOf)
+	breakers  atomic.Pointer[Breakers] // the Breakers that judged the operation's last attempt, while ownsStack (see joinBreakers)
 }
 
 // An endKind says how a boundCtx ended; its Err and its cause follow.
@@ -319,6 +320,10 @@ func (c *boundCtx) Value(key any) any {
 	case stackKey{}:
 		if c.ownsStack {
 			return &c.b.stack
+		}
+	case opBreakersKey{}:
+		if c.ownsStack {
+			return &c.breakers
 		}
 	case boundCtxKey{}:
 		return c

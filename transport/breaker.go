@@ -201,7 +201,7 @@ func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil || resp == nil || resp.StatusCode >= 400 {
 		// Retry and Hedge above ask the breakers before a wait, which
 		// only a failure starts: a success need not tell them.
-		stackOf(req.Context()).joinBreakers(t.b)
+		joinBreakers(req.Context(), t.b)
 	}
 	return resp, err
 }
@@ -217,7 +217,7 @@ func (t *breakerTransport) roundTrip(req *http.Request) (*http.Response, error) 
 		return t.next.RoundTrip(req)
 	}
 	if s := t.b.c.store; s != nil {
-		stackOf(req.Context()).joinBreakers(t.b) // the fleet may hold it half-open: a Hedge above asks first
+		joinBreakers(req.Context(), t.b) // the fleet may hold it half-open: a Hedge above asks first
 		return t.fleetRoundTrip(req, e, s)
 	}
 	return t.circuitRoundTrip(req, e)
@@ -241,7 +241,7 @@ func (t *breakerTransport) circuitRoundTrip(req *http.Request, e *circuit) (*htt
 // guarded sends req through a breaker that is not closed: refused while
 // its open period lasts, then let through as a probe (see admit).
 func (t *breakerTransport) guarded(req *http.Request, e *circuit) (*http.Response, error) {
-	stackOf(req.Context()).joinBreakers(t.b) // a Hedge above asks before it sends a copy
+	joinBreakers(req.Context(), t.b) // a Hedge above asks before it sends a copy
 	gen, probe, refusal := e.admit()
 	if refusal != nil {
 		return nil, refuse(req, refusal)

@@ -61,7 +61,7 @@ func (s *stack) refusedAt(req *http.Request, at time.Time) error {
 	if s == nil {
 		return nil
 	}
-	if b := s.breakers.Load(); b != nil {
+	if b := s.breakersOf(req); b != nil {
 		if err := b.refusedAt(req, at); err != nil {
 			return err
 		}
@@ -79,7 +79,7 @@ func (s *stack) hedgeRefusedAt(req *http.Request, at time.Time) error {
 	if s == nil {
 		return nil
 	}
-	if b := s.breakers.Load(); b != nil {
+	if b := s.breakersOf(req); b != nil {
 		return b.hedgeRefusedAt(req, at)
 	}
 	return nil
@@ -111,6 +111,41 @@ func join[T any](f *atomic.Pointer[T], v *T) {
 	}
 }
 
+// breakersOf returns the Breakers that an attempt of req meets: the
+// ones that judged its operation's last attempt, when a layer beneath a
+// router told the operation; else the first that joined the stack.
+func (s *stack) breakersOf(req *http.Request) *Breakers {
+	if p := opBreakers(req.Context()); p != nil {
+		if b := p.Load(); b != nil {
+			return b
+		}
+	}
+	return s.breakers.Load()
+}
+
+// opBreakersKey asks a context that carries an operation (a bound that
+// carries the stack, a Retry's record, a Hedge's or Throttle's stack
+// context) where it keeps the Breakers that judged its last attempt.
+type opBreakersKey struct{}
+
+// opBreakers returns where ctx's operation keeps the Breakers that
+// judged its last attempt; nil when no layer above carries one.
+func opBreakers(ctx context.Context) *atomic.Pointer[Breakers] {
+	p, _ := ctx.Value(opBreakersKey{}).(*atomic.Pointer[Breakers])
+	return p
+}
+
+// joinBreakers tells the stack and the operation that ctx carries of the
+// Breakers b, which judged one of the operation's attempts: a Retry or
+// Hedge above then asks b whether a later attempt would be refused, even
+// when a router beneath sends other requests through other Breakers.
+func joinBreakers(ctx context.Context, b *Breakers) {
+	stackOf(ctx).joinBreakers(b)
+	if p := opBreakers(ctx); p != nil && p.Load() != b {
+		p.Store(b)
+	}
+}
+
 // joinBreakers tells s (when set) of the Breaker b beneath.
 func (s *stack) joinBreakers(b *Breakers) {
 	if s != nil {
@@ -136,8 +171,9 @@ func (s *stack) joinRetry(c *retryConfig) {
 // for [OperationOf]. Its context also carries the stack when no layer
 // above made one.
 type opRecord struct {
-	stack    *stack        // the stack, when the layer that made the record carries it
-	base     *http.Request // the caller's request, its context carrying the record
+	stack    *stack                   // the stack, when the layer that made the record carries it
+	breakers atomic.Pointer[Breakers] // the Breakers that judged the last attempt (see joinBreakers)
+	base     *http.Request            // the caller's request, its context carrying the record
 	attempts int
 	reason   policy.Reason
 	waited   time.Duration
@@ -159,6 +195,10 @@ func (c *recordCtx) Value(key any) any {
 	case stackKey{}:
 		if c.rec.stack != nil {
 			return c.rec.stack
+		}
+	case opBreakersKey{}:
+		if c.rec.stack != nil {
+			return &c.rec.breakers
 		}
 	}
 	return c.Context.Value(key)
@@ -217,12 +257,16 @@ func OperationOf(resp *http.Response) (op Operation, ok bool) {
 // stackCtx carries a stack made by a layer that found none above it.
 type stackCtx struct {
 	context.Context
-	s *stack
+	s        *stack
+	breakers atomic.Pointer[Breakers] // the Breakers that judged the operation's last attempt
 }
 
 func (c *stackCtx) Value(key any) any {
-	if key == (stackKey{}) {
+	switch key {
+	case stackKey{}:
 		return c.s
+	case opBreakersKey{}:
+		return &c.breakers
 	}
 	return c.Context.Value(key)
 }

@@ -181,3 +181,67 @@ func TestBreakerAboveThrottleCountsOverload(t *testing.T) {
 		}
 	})
 }
+
+// TestRetryAsksTheBreakersOfItsOwnRoute: a Retry above a router to two
+// sub-chains, each with its own Breaker, asks the Breaker that judged its
+// operation whether a later attempt would be refused, not the first that
+// told the stack of itself. Sub-chain a's circuit is open; an operation
+// routed to b, whose circuit is closed, is retried there as it is through
+// b alone.
+func TestRetryAsksTheBreakersOfItsOwnRoute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := httptestutil.NewNetwork()
+		var bCalls int
+		srv := n.Serve("api.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, "/a") {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			if bCalls++; bCalls%2 == 1 { // every other call to b fails
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			io.WriteString(w, "ok")
+		}))
+		defer srv.Close()
+		base := n.Transport()
+		defer base.CloseIdleConnections()
+
+		retry := transport.Retry(policy.Retry{MaxAttempts: 3, Backoff: func(int, time.Duration) time.Duration { return time.Second }})
+		breaker := func(failures uint32) http.RoundTripper {
+			return transport.Chain(base, transport.Breaker(transport.BreakerSettings{ConsecutiveFailures: failures, Cooldown: time.Minute}))
+		}
+		get := func(rt http.RoundTripper, path string) (int, error) {
+			req, _ := http.NewRequest("GET", "http://api.test"+path, nil)
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				return 0, err
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, nil
+		}
+		for _, tc := range []struct {
+			name string
+			rt   http.RoundTripper
+		}{
+			{"b alone", transport.Chain(breaker(5), retry)},
+			{"a Retry above a router", transport.Chain(router(breaker(1), breaker(5)), retry)},
+			{"beneath a Deadline that carries the operation", transport.Chain(router(breaker(1), breaker(5)), transport.Deadline(time.Minute), retry)},
+		} {
+			bCalls = 0
+			if _, err := get(tc.rt, "/a"); err != nil && !errors.Is(err, transport.ErrCircuitOpen) {
+				t.Fatalf("%s: GET /a: %v", tc.name, err)
+			}
+			status, err := get(tc.rt, "/b")
+			if err != nil || status != 200 || bCalls != 2 {
+				t.Errorf("%s: GET /b = %d, %v after %d requests; want 200 after 2 (retried, as through b alone)", tc.name, status, err, bCalls)
+			}
+		}
+		bCalls = 0
+		status, err := get(base, "/b") // the bare client, beside: one request, no retry
+		if err != nil || status != 503 {
+			t.Errorf("bare GET /b = %d, %v; want the 503", status, err)
+		}
+	})
+}
