@@ -24,10 +24,11 @@ const drainLimit = 256 << 10
 // Retry returns a middleware that retries failed attempts as p says.
 // [policy.Retry.Next] decides each step, and Retry carries it out.
 //
-// A request is sent again only when that is safe. Its method is idempotent, or
-// it carries an idempotency key, or the outcome proves the server did not act
-// on it (no connection, a 429, x-should-retry: true). Attempts of other
-// requests carry no GetBody, so that net/http cannot replay them.
+// A request is sent again only when that is safe. Its method is idempotent,
+// or it carries an idempotency key. Otherwise the outcome must prove that the
+// server did not act on it: no connection, a 429, x-should-retry: true.
+// Attempts of other requests carry no GetBody, so that net/http cannot
+// replay them.
 //
 // After an outcome that proves the server did not process the request
 // ([policy.NotProcessed]), Retry sends it again at once. Such a resend is
@@ -168,8 +169,8 @@ var errNilResponse = errors.New("transport: RoundTripper returned a nil *Respons
 
 type attemptKey struct{}
 
-// AttemptFromContext returns the number of the attempt a request belongs to,
-// as [Retry] sets it: 1 for the first attempt, 2 for the first retry, and so
+// AttemptFromContext returns the number of the attempt a request belongs
+// to, as [Retry] sets it. The first attempt is 1, the first retry 2, and so
 // on. It returns 1 for a request that did not pass through Retry.
 // RoundTrippers beneath Retry and hooks can use it, such as an SDK's logging
 // transport.
