@@ -6,7 +6,8 @@ import (
 )
 
 // Unprocessed is one outcome of net/http in which the server provably did
-// not process the request: a row of the table that [NotProcessed] reads.
+// not process the request. It is a row of the table that [NotProcessed]
+// reads.
 type Unprocessed struct {
 	// Name says what happened, in a few stable words for logs and hooks.
 	Name string
@@ -75,8 +76,8 @@ var unprocessedTable = [...]Unprocessed{
 }
 
 // UnprocessedOutcomes returns a copy of the table that [NotProcessed]
-// reads: net/http's outcomes that prove the server did not process a
-// request, one row each.
+// reads. Each row is an outcome of net/http that proves the server did not
+// process a request.
 func UnprocessedOutcomes() []Unprocessed {
 	rows := unprocessedTable
 	return rows[:]

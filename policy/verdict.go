@@ -8,9 +8,9 @@ import (
 )
 
 // Verdict is what one attempt's outcome says, as [Judge] decides it. Every
-// layer that counts or judges an attempt reads these facts from here: the
-// breaker, the quota, the throttle, the hedge and the retry. So each fact
-// has one rule.
+// layer that counts or judges an attempt reads these facts from here. So
+// each fact has one rule, for the breaker, the quota, the throttle, the
+// hedge and the retry alike.
 type Verdict struct {
 	// Sent reports whether the request may have reached the server. It is
 	// false for a layer's refusal, the caller's error and a connection
@@ -33,12 +33,16 @@ type Verdict struct {
 // the caller's own context had ended, canceled or past its deadline.
 // o.NotConnected says whether no connection was made.
 //
-// The outcome says nothing of the host (HostIgnored) in four cases: the
-// caller ended the attempt; the request could not be sent as written
-// ([IsCallerError]); a layer refused it unsent; or net/http proves the
-// server did not process it ([NotProcessed]). Otherwise an error or a 5xx
-// is HostFailing. Any other response, 4xx included, is HostHealthy: a 429
-// is for rate limiting to handle, not for a breaker.
+// The outcome says nothing of the host (HostIgnored) when:
+//
+//   - the caller ended the attempt;
+//   - the request could not be sent as written ([IsCallerError]);
+//   - a layer refused it unsent;
+//   - or net/http proves the server did not process it ([NotProcessed]).
+//
+// Otherwise an error or a 5xx is HostFailing. Any other response, 4xx
+// included, is HostHealthy: a 429 is for rate limiting to handle, not for a
+// breaker.
 func Judge(o Outcome) Verdict {
 	if o.Err == nil && o.Response != nil {
 		return JudgeStatus(o.Response.StatusCode)
