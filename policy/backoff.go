@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// Backoff returns how long to wait before retry number attempt (1 for the
-// first retry). prev is the wait chosen before the previous retry (0 before
-// the first), for curves that depend on it.
+// Backoff returns how long to wait before retry number attempt, 1 for the
+// first retry. prev is the wait chosen before the previous retry, 0 before
+// the first, for curves that depend on it. An attempt below 1 counts as 1.
 //
-// The curves of this package share one shape. With base b, cap m and
-// retry number n, the plain exponential curve is
+// The curves of this package share one shape. With base b, cap m and retry
+// number n, the plain exponential curve is
 //
 //	e(n) = min(m, b·2^(n-1))   // b, 2b, 4b, ... for n = 1, 2, 3, ...
 //
@@ -19,17 +19,16 @@ import (
 //
 //	c(n) = min(m, b·2^n)       // 2b, 4b, 8b, ...
 //
-// so that, below the cap, [FullJitter]'s mean wait is e(n) and
-// [EqualJitter]'s shortest wait is e(n). Every curve is capped: no wait is
-// longer than m, whatever n is (attempt 1000 gives m, never an overflowed
-// negative or zero value). An attempt below 1 counts as 1.
+// Below the cap, [FullJitter]'s mean wait is e(n), and [EqualJitter]'s
+// shortest wait is e(n). Every curve is capped: no wait is longer than m,
+// whatever n is. Attempt 1000 gives m, never an overflowed value.
 //
 // Constructors take base and max as given, with two fallbacks so that no
-// argument panics: base <= 0 means [DefaultBackoffBase] (200ms) and
-// max <= 0 means [DefaultBackoffMax] (30s). A max below base caps every
-// wait at max.
+// argument panics. A base of zero or less means [DefaultBackoffBase]
+// (200ms). A max of zero or less means [DefaultBackoffMax] (30s). A max
+// below base caps every wait at max.
 //
-// The jittered curves draw from math/rand/v2's top-level source: they are
+// The jittered curves draw from math/rand/v2's top-level source. They are
 // safe for concurrent use, need no seeding and do not allocate.
 type Backoff func(attempt int, prev time.Duration) time.Duration
 
@@ -37,10 +36,10 @@ type Backoff func(attempt int, prev time.Duration) time.Duration
 //
 //	wait(n) = min(max, base·2^(n-1))
 //
-// base before the first retry, then twice as long each time up to max.
-// Without jitter, clients that failed together retry together; prefer
-// [FullJitter] unless the exact waits matter (tests, a single client).
-// See [Backoff] for the fallbacks of base and max.
+// It waits base before the first retry, then twice as long each time, up to
+// max. Without jitter, clients that failed together retry together. Prefer
+// [FullJitter] unless the exact waits matter, as in tests. See [Backoff]
+// for the fallbacks of base and max.
 func Exponential(base, max time.Duration) Backoff {
 	base, max = backoffBounds(base, max)
 	return func(attempt int, _ time.Duration) time.Duration {
@@ -54,9 +53,8 @@ func Exponential(base, max time.Duration) Backoff {
 //	wait(n) = rand[0, min(max, base·2^n))
 //
 // Its mean, below the cap, is base·2^(n-1), the [Exponential] wait. It
-// spreads retries of many clients the most, for the least total work on
-// the server ("Exponential Backoff And Jitter", AWS Architecture Blog,
-// 2015). See [Backoff] for the fallbacks of base and max.
+// spreads the retries of many clients the most, for the least total work on
+// the server. See [Backoff] for the fallbacks of base and max.
 func FullJitter(base, max time.Duration) Backoff {
 	base, max = backoffBounds(base, max)
 	return func(attempt int, _ time.Duration) time.Duration {
@@ -70,9 +68,9 @@ func FullJitter(base, max time.Duration) Backoff {
 //	c = min(max, base·2^n)
 //	wait(n) = c/2 + rand[0, c - c/2)
 //
-// so a wait is at least the [Exponential] wait base·2^(n-1) (below the
-// cap) and less than twice it. Use it when a retry must not come back
-// almost at once. See [Backoff] for the fallbacks of base and max.
+// Below the cap, a wait is at least the [Exponential] wait base·2^(n-1) and
+// less than twice it. Use it when a retry must not come back almost at
+// once. See [Backoff] for the fallbacks of base and max.
 func EqualJitter(base, max time.Duration) Backoff {
 	base, max = backoffBounds(base, max)
 	return func(attempt int, _ time.Duration) time.Duration {

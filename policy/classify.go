@@ -27,12 +27,11 @@ type Outcome struct {
 	// Keyed reports whether the request carries an idempotency key
 	// ([HasKey]): every attempt of an operation carries the same one.
 	Keyed bool
-	// NotConnected reports that the attempt ended before any connection
-	// to the server was made (a failed dial, a TLS handshake that failed
-	// or timed out, a proxy that refused): the server cannot have seen the
-	// request. It is known only where it matters: package transport
-	// watches for it (with net/http/httptrace) on requests that are not
-	// [SafeToResend].
+	// NotConnected reports that the attempt ended before any connection to
+	// the server was made: a failed dial, a TLS handshake that failed or
+	// timed out, a proxy that refused. The server cannot have seen the
+	// request. Package transport watches for it only on requests that are
+	// not [SafeToResend].
 	NotConnected bool
 	// CallerEnded reports that the caller's own context had ended when
 	// the attempt did: it was canceled, or its deadline passed. Such an
@@ -48,10 +47,10 @@ type Decision struct {
 	// is transient.
 	Retry bool
 	// DidNotAct reports that the outcome proves the server did not act on
-	// the request, so that sending it again is safe whatever the request
-	// is: the connection was never made, a 429, or the server said so
-	// (x-should-retry: true, Stripe-Should-Retry: true, a problem with
-	// is_retriable: true). Without it, a retriable outcome is retried only
+	// the request. Sending it again is then safe whatever the request is.
+	// The connection was never made, a 429, or the server said so:
+	// x-should-retry: true, Stripe-Should-Retry: true, or a problem with
+	// is_retriable: true. Without it, a retriable outcome is retried only
 	// for a request that is [SafeToResend]; see [Retry.Next].
 	DidNotAct bool
 	// Reason says why, in a few stable words for logs and hooks:
@@ -60,23 +59,23 @@ type Decision struct {
 	// RetryAfter is the wait the server asked for (Retry-After,
 	// retry-after-ms); valid when HasRetryAfter.
 	RetryAfter time.Duration
-	// HasRetryAfter says that the server asked for a wait: RetryAfter
-	// holds it (zero means "now").
+	// HasRetryAfter says that the server asked for a wait. RetryAfter holds
+	// it, and zero means "now".
 	HasRetryAfter bool
 }
 
-// Classifier decides whether an attempt's outcome is worth retrying and
+// Classifier decides whether an attempt's outcome is worth retrying, and
 // whether it proves that the server did not act. It must be safe for
 // concurrent use. Custom classifiers can call [DefaultClassifier] for the
-// cases they do not handle. A classifier never makes a request safe to
-// send twice: [Retry.Next] retries a request that is not [SafeToResend]
-// only on a Decision with DidNotAct.
+// cases they do not handle. A classifier never makes a request safe to send
+// twice. [Retry.Next] retries a request that is not [SafeToResend] only on
+// a Decision with DidNotAct.
 type Classifier func(Outcome) Decision
 
 // RetriableError is implemented by errors that know whether the operation
 // they ended may be retried. [DefaultClassifier] obeys the first such error
-// in an error's chain: an open circuit breaker or an exhausted quota says
-// false, so it is escalated to the caller rather than waited on.
+// in an error's chain. An open circuit breaker or an exhausted quota says
+// false, so the caller hears of it at once.
 type RetriableError interface {
 	error
 	// Retriable reports whether the operation the error ended may be
@@ -89,39 +88,34 @@ type RetriableError interface {
 //   - The caller's own cancellation ([context.Canceled]) is never retried.
 //   - An error that implements [RetriableError] decides for itself.
 //   - TLS certificate errors are not retried.
-//   - A request that cannot be sent as written ([IsCallerError]: a bad
-//     scheme, control characters in a header, a ContentLength that does
-//     not match the body, a body whose reader fails) is not retried.
-//   - An attempt that never made a connection (a failed dial, refused,
-//     a TLS handshake that failed or timed out: [Outcome].NotConnected)
-//     is retried, and the server did not act on it.
+//   - A request that cannot be sent as written ([IsCallerError]) is not
+//     retried.
+//   - An attempt that never made a connection ([Outcome].NotConnected) is
+//     retried, and the server did not act on it.
 //   - So is an outcome in which net/http proves that the server did not
-//     process the request ([NotProcessed]: a graceful GOAWAY, REFUSED_STREAM,
-//     an idle connection the server closed before the request was sent).
-//   - Other network errors, attempt timeouts included, are retried; the
+//     process the request ([NotProcessed]).
+//   - Other network errors, attempt timeouts included, are retried. The
 //     server may have acted.
 //   - A response below 400 is final: a success is never retried.
-//   - An error response's explicit directive decides next: "x-should-retry:
-//     true|false" (OpenAI, Anthropic) or "Stripe-Should-Retry"; true also
+//   - An error response's directive decides next: "x-should-retry:
+//     true|false" (OpenAI, Anthropic) or "Stripe-Should-Retry". True also
 //     says the server did not act.
-//   - Then an RFC 9457 problem body's is_retriable (or its common
-//     spellings), both ways; true also says the server did not act.
-//   - Then the status: 429 is retried and proves the server did not act;
-//     408, 500, 502, 503, 504 and 529 (overloaded) are retried, but the
-//     server may have acted; 409 is retried only when it can mean that
-//     the same idempotency key is still in flight: the request carries a
-//     key and either an earlier attempt of this operation sent that key
-//     already, or the response says so (Retry-After, or a problem whose
-//     type, title or detail names idempotency, as in the IETF
-//     Idempotency-Key draft). A 409 on a first attempt is otherwise the
-//     server's answer. All other statuses are final.
+//   - Then an RFC 9457 problem body's is_retriable decides, both ways.
+//     True also says the server did not act.
+//   - Then the status. 429 is retried and proves the server did not act.
+//     408, 500, 502, 503, 504 and 529 are retried, but the server may have
+//     acted.
+//   - A 409 is retried only when the same idempotency key may still be in
+//     flight. The request must carry a key, and an earlier attempt must
+//     have sent it, or the response says so. It says so with Retry-After,
+//     or with a problem whose type, title or detail names idempotency.
+//   - All other statuses are final.
 //
-// Whether a retriable outcome is retried also depends on the request:
-// [Retry.Next] sends a request again only when it is [SafeToResend] or
-// the decision has DidNotAct. The wait the server asked for (Retry-After,
-// retry-after-ms) is returned with every decision on an error response; a
-// Retry-After date is measured from the response's Date header when it
-// has one, so that clock skew between client and server does not matter.
+// Whether a retriable outcome is retried also depends on the request.
+// [Retry.Next] sends a request again only when it is [SafeToResend] or the
+// decision has DidNotAct. Every decision on an error response carries the
+// wait the server asked for (Retry-After, retry-after-ms). A Retry-After
+// date is measured from the response's Date header when it has one.
 func DefaultClassifier(o Outcome) Decision {
 	if o.Err != nil {
 		return classifyError(o)

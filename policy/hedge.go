@@ -12,22 +12,21 @@ const (
 	DefaultHedgeMinDelay = time.Millisecond
 )
 
-// Hedge is a hedging policy: when the first copy of a request that is safe
+// Hedge is a hedging policy. When the first copy of a request that is safe
 // to send twice has no response headers after a delay, another copy is
-// sent, and the first acceptable response wins ("The Tail at Scale", Dean
-// and Barroso, 2013). The zero value is ready to use: one hedge, sent
-// after the host's 95th percentile of recent latencies.
+// sent. The first acceptable response wins. The zero value is ready to use:
+// one hedge, sent after the host's 95th percentile of recent latencies.
 type Hedge struct {
 	// Delay is how long a copy may go without response headers before the
 	// next copy is sent. Zero means adaptive: the Quantile of the host's
-	// recent latencies (see [Latencies]), but at least MinDelay; a host
+	// recent latencies (see [Latencies]), but at least MinDelay. A host
 	// with fewer than [DefaultLatencyMinSamples] known latencies is not
 	// hedged until it has them.
 	Delay time.Duration
 
-	// Quantile is the quantile of recent latencies that an adaptive
-	// delay waits for, in (0, 1): 0.95 hedges about one request in twenty.
-	// Zero means [DefaultHedgeQuantile] (0.95).
+	// Quantile is the quantile of recent latencies that an adaptive delay
+	// waits for, in (0, 1). 0.95 hedges about one request in twenty. Zero
+	// means [DefaultHedgeQuantile] (0.95).
 	Quantile float64
 
 	// MinDelay is the shortest adaptive delay, so that a very fast host
@@ -35,16 +34,15 @@ type Hedge struct {
 	MinDelay time.Duration
 
 	// MaxHedges is how many copies may be sent beyond the first, one per
-	// Delay. Zero means [DefaultMaxHedges] (1); negative means none (the
-	// middleware passes requests through).
+	// Delay. Zero means [DefaultMaxHedges] (1). Negative means none: the
+	// middleware passes requests through.
 	MaxHedges int
 
-	// Budget, when set, is drawn on for every hedge as for a retry: share
-	// the [Retry] policy's Budget so that retries and hedges together
-	// stay within one bound per host (with the Hedge just beneath the
-	// Retry, as transport.New places it, the Retry alone counts the
-	// operations). When it is spent, no hedge is sent. Nil means no
-	// budget.
+	// Budget, when set, is drawn on for every hedge as for a retry. When it
+	// is spent, no hedge is sent. Share the [Retry] policy's Budget so that
+	// retries and hedges together stay within one bound per host. With the
+	// Hedge just beneath the Retry, as transport.New places it, the Retry
+	// alone counts the operations. Nil means no budget.
 	Budget *Budget
 
 	// Classify decides which responses may not win while another copy is
@@ -53,9 +51,9 @@ type Hedge struct {
 
 	// MaxBufferedBody is how many bytes of a request body without GetBody
 	// are kept in memory to send it again. A request with a longer body is
-	// not hedged. Zero means [DefaultMaxBufferedBody] (1 MiB); negative
-	// means bodies without GetBody are never buffered (and such requests
-	// never hedged).
+	// not hedged. Zero means [DefaultMaxBufferedBody] (1 MiB). Negative
+	// means bodies without GetBody are never kept, so such requests are
+	// never hedged.
 	MaxBufferedBody int64
 
 	// MaxProblemBody is how many bytes of an RFC 9457 problem body are
@@ -172,11 +170,14 @@ const (
 	HedgeSend
 )
 
-// Next decides whether a copy is sent when a delay ends. In order: no
-// copy once one has answered or failed, the operation is done, or
-// MaxHedges copies beyond the first have been sent; none yet while the
-// first copy still sends its body; none when a layer beneath would
-// refuse it unsent; and last, none when the budget is spent.
+// Next decides whether a copy is sent when a delay ends. It checks, in
+// order:
+//
+//   - no copy once one has answered or failed, the operation is done, or
+//     MaxHedges copies beyond the first have been sent;
+//   - none yet while the first copy still sends its body;
+//   - none when a layer beneath would refuse it unsent;
+//   - and last, none when the budget is spent.
 func (h Hedge) Next(s HedgeState) HedgeStep {
 	switch {
 	case s.Answered || s.Failed || s.Done != nil || s.Sent > h.Hedges():

@@ -17,9 +17,9 @@ const (
 	HostFailing
 )
 
-// JudgeHost is [Judge]'s verdict on the host: what counts against a
-// host, for circuit breakers and anything else that judges a host's
-// health. resp is the attempt's response, nil when err is not.
+// JudgeHost is [Judge]'s verdict on the host. It says what counts against a
+// host, for circuit breakers and anything else that judges a host's health.
+// resp is the attempt's response, nil when err is not.
 func JudgeHost(req *http.Request, resp *http.Response, err error, callerEnded bool) HostVerdict {
 	return Judge(Outcome{Request: req, Response: resp, Err: err, CallerEnded: callerEnded}).Host
 }

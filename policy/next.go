@@ -7,7 +7,7 @@ import (
 )
 
 // Reason says why an operation goes on to another attempt or stops. The
-// values are constants, stable words that tests compare and logs print;
+// values are constants: stable words that tests compare and logs print.
 // [Decision].Reason carries the classifier's own words beside it.
 type Reason string
 
@@ -76,7 +76,7 @@ type State struct {
 	Refused func(at time.Time) error
 	// Budget, when set, takes one retry from the host's retry budget and
 	// reports whether there was one. Next calls it last, only when
-	// everything else allows the retry, so a retry that does not happen is
+	// everything else allows the retry. So a retry that does not happen is
 	// never taken from the budget.
 	Budget func() bool
 }
@@ -100,19 +100,20 @@ type Step struct {
 
 // Next decides what follows an attempt: another one after a wait, or the
 // end of the operation, and why. It is pure: everything it knows is in s
-// and p, and transport.Retry only carries its decision out. In order:
+// and p. transport.Retry only carries its decision out. It checks, in
+// order:
 //
 //   - a canceled or expired operation stops;
 //   - a request that cannot be sent as written stops ([IsCallerError]);
 //   - an outcome the classifier finds final stops;
-//   - a request that is not [SafeToResend] stops unless the outcome
+//   - a request that is not [SafeToResend] stops, unless the outcome
 //     proves that the server did not act ([Decision].DidNotAct);
-//   - then MaxAttempts, a body that cannot be replayed, a server-asked
-//     wait over MaxRetryAfter, a wait that would pass the deadline, a
-//     layer beneath that would refuse the next attempt, and last the
-//     retry budget.
+//   - then MaxAttempts, a body that cannot be replayed, and a server-asked
+//     wait over MaxRetryAfter;
+//   - then a wait that would pass the deadline, a layer beneath that would
+//     refuse the next attempt, and last the retry budget.
 //
-// p's zero fields mean their defaults.
+// The zero fields of p mean their defaults.
 func (p Retry) Next(s State) Step {
 	p = p.WithDefaults()
 	o := s.Outcome

@@ -42,40 +42,39 @@ type Problem struct {
 	Instance string
 	// Status is the HTTP status code the server generated for this
 	// occurrence: an integer in 100..599, or 0 when absent or not one. It
-	// is advisory; the response's own status code is the one to act on.
+	// is advisory: the response's own status code is the one to act on.
 	Status int
-	// Retriable is the server's word on whether the request may succeed
-	// if sent again: the first boolean among the members "is_retriable",
+	// Retriable is the server's word on whether the request may succeed if
+	// sent again. It is the first boolean among the members "is_retriable",
 	// "is_retryable", "retriable" and "retryable", in that order. Nil when
 	// none of them is a boolean.
 	Retriable *bool
-	// Extensions holds every other member, decoded as encoding/json
-	// decodes into an any (numbers are float64, objects map[string]any;
-	// a number beyond float64's range is nil). The five standard members and the four retriable
-	// spellings are never in it, whatever their type. Nil when there are
-	// no other members.
+	// Extensions holds every other member, decoded as encoding/json decodes
+	// into an any. Numbers are float64 and objects map[string]any; a number
+	// beyond float64's range is nil. The five standard members and the four
+	// retriable spellings are never in it, whatever their type. Nil when
+	// there are no other members.
 	Extensions map[string]any
 }
 
-// IsProblem reports whether contentType is application/problem+json: the
-// media type is compared case-insensitively, surrounding spaces are
-// ignored, and so are parameters (RFC 9457 defines none; a charset other
-// than UTF-8 is not decoded).
+// IsProblem reports whether contentType is application/problem+json. The
+// media type is compared case-insensitively, and surrounding spaces are
+// ignored. Parameters are ignored too: RFC 9457 defines none, and a charset
+// other than UTF-8 is not decoded.
 func IsProblem(contentType string) bool {
 	mt, _, _ := strings.Cut(contentType, ";")
 	return strings.EqualFold(strings.Trim(mt, " \t"), ProblemMediaType)
 }
 
 // ParseProblem parses an RFC 9457 problem details body. contentType is the
-// response's Content-Type; body is the body, or as much of it as the
-// caller read (a truncated body is not valid JSON and fails).
+// response's Content-Type. body is the body, or as much of it as the caller
+// read; a truncated body is not valid JSON and fails.
 //
 // It fails with an error matching [ErrNotProblem] when contentType is not
-// application/problem+json (see [IsProblem]), and with one matching
-// [ErrProblemBody] when the body is not a JSON object (invalid JSON,
-// null, an array, a string, ...). Members of the wrong type are not
-// errors: they are ignored, as the RFC asks. Of duplicate members the
-// last wins.
+// application/problem+json (see [IsProblem]). It fails with one matching
+// [ErrProblemBody] when the body is not a JSON object: invalid JSON, null,
+// an array, a string. Members of the wrong type are not errors: they are
+// ignored, as the RFC asks. Of duplicate members the last wins.
 func ParseProblem(contentType string, body []byte) (*Problem, error) {
 	if !IsProblem(contentType) {
 		return nil, fmt.Errorf("%w (got %q)", ErrNotProblem, contentType)

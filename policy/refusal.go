@@ -3,9 +3,9 @@ package policy
 import "errors"
 
 // Refusal is implemented by the errors of requests that a layer refused
-// before sending them: an open circuit breaker, a spent quota, a throttle.
-// Such a request never reached the server: it is no attempt, uses no
-// quota and says nothing of the host.
+// before sending them. The layer is an open circuit breaker, a spent quota
+// or a throttle. Such a request never reached the server. It is no attempt,
+// uses no quota and says nothing of the host.
 type Refusal interface {
 	error
 	// RefusedBy names what refused the request, as a [Reason]:

@@ -8,24 +8,24 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/lex"
 )
 
-// ErrInvalidRequest is matched by every error that says a request cannot
-// be sent as written: the errors of [CheckRequest], and a [*BodyError].
-// Such a request fails however often it is tried, and says nothing about
-// the host it was meant for.
+// ErrInvalidRequest is matched by every error that says a request cannot be
+// sent as written: the errors of [CheckRequest], and a [*BodyError]. Such a
+// request fails however often it is tried. It says nothing about the host
+// it was meant for.
 var ErrInvalidRequest = errors.New("policy: invalid request")
 
-// CheckRequest reports why net/http would refuse to send r, or nil: a
-// missing URL or host, a scheme other than http and https, a method or a
-// header or trailer field name that is not a token, a header or trailer
-// value with control characters, or a positive ContentLength with no
-// body. Such a request fails every time it is tried, so it is never
-// retried and a circuit breaker does not count it against the host (see
-// [IsCallerError]).
-// net/http reports these cases with errors of no particular type; checking
-// the request is more reliable than matching their text.
+// CheckRequest reports why net/http would refuse to send r, or nil. It
+// returns an error matching [ErrInvalidRequest] for:
 //
-// A body that holds more or fewer bytes than ContentLength, or whose
-// reader fails, is only found out while it is sent: see [BodyError].
+//   - a missing URL or host, or a scheme other than http and https;
+//   - a method, header or trailer field name that is not a token;
+//   - a header or trailer value with control characters;
+//   - a positive ContentLength with no body.
+//
+// Such a request fails every time it is tried. It is never retried, and a
+// circuit breaker does not count it against the host (see [IsCallerError]).
+// A body that holds more or fewer bytes than ContentLength, or whose reader
+// fails, is only found out while it is sent: see [BodyError].
 func CheckRequest(r *http.Request) error {
 	switch {
 	case r.URL == nil:
@@ -62,13 +62,11 @@ func checkFields(kind string, h http.Header) error {
 }
 
 // IsCallerError reports whether err, the outcome of sending req, is the
-// caller's own error rather than the host's: req cannot be sent as
-// written ([CheckRequest]), or err matches [ErrInvalidRequest] (a
-// [*BodyError]: a ContentLength that does not match the body, a body
-// whose reader failed). Such an outcome is returned at once, is never
-// retried, and never counts against the host: not in a circuit breaker,
-// not in a retry budget. Every layer that judges outcomes asks this
-// question the same way.
+// caller's own error rather than the host's. It is when req cannot be sent
+// as written ([CheckRequest]), or when err matches [ErrInvalidRequest], as
+// a [*BodyError] does. Such an outcome is returned at once and never
+// retried. It never counts against the host, in a circuit breaker or a
+// retry budget.
 func IsCallerError(req *http.Request, err error) bool {
 	if err == nil {
 		return false
@@ -79,14 +77,10 @@ func IsCallerError(req *http.Request, err error) bool {
 	return req != nil && CheckRequest(req) != nil
 }
 
-// BodyError says that a request body could not be sent as written: its
+// BodyError says that a request body could not be sent as written. Its
 // reader failed, or it held more or fewer bytes than the request's
-// ContentLength. net/http reports the first with the reader's own error
-// (wrapped in a [*net.OpError] with Op "readfrom" when it copies the body
-// straight to the socket) and the second as "http: ContentLength=N with
-// Body length M", neither of a type a caller can match; package transport
-// wraps each attempt's body so that both arrive as a *BodyError, which
-// matches [ErrInvalidRequest].
+// ContentLength. It matches [ErrInvalidRequest]. Package transport wraps
+// each attempt's body so that both cases arrive as a *BodyError.
 type BodyError struct {
 	ContentLength int64 // the length the request declared; -1 when unknown
 	Read          int64 // the bytes the body gave before the error

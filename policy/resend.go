@@ -3,22 +3,19 @@ package policy
 import "net/http"
 
 // SafeToResend reports whether req may be sent more than once whatever
-// becomes of it, because someone vouched that a second copy has no second
-// side effect:
+// becomes of it. That is so when someone vouched that a second copy has no
+// second side effect:
 //
 //   - its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE:
-//     RFC 9110 §9.2.2); or
-//   - it carries an idempotency key in keyHeader ("Idempotency-Key" when
-//     empty), set by the caller, its SDK, [idempotency.WithKey], or
-//     transport.IdempotencyKey for a host listed in
-//     idempotency.Options.Hosts; or
-//   - it has an Idempotency-Key or X-Idempotency-Key header at all, even
-//     an empty or nil one: net/http itself takes either as the caller's
-//     promise and replays such a request on a new connection, so sturdy
-//     does not pretend otherwise.
+//     RFC 9110 §9.2.2);
+//   - it carries a key in keyHeader ("Idempotency-Key" when empty), set by
+//     the caller, its SDK, [idempotency.WithKey], or
+//     transport.IdempotencyKey;
+//   - or it has an Idempotency-Key or X-Idempotency-Key header at all,
+//     even an empty or nil one, since net/http itself replays such a request.
 //
-// Any other request (a POST or PATCH nobody vouched for) is sent again
-// only when the outcome proves that the server did not act on it: see
+// Any other request, such as a POST nobody vouched for, is sent again only
+// when the outcome proves that the server did not act on it. See
 // [Decision].DidNotAct. Hedged attempts follow the same rule.
 //
 // [idempotency.WithKey]: https://pkg.go.dev/github.com/sturdyhttp/sturdy/idempotency#WithKey

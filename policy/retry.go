@@ -17,68 +17,57 @@ const (
 
 // Retry is a retry policy: how many attempts, how long between them, what
 // is worth another attempt, and how much of a body is kept to replay it.
-// The zero value is ready to use and means the documented defaults.
+// The zero value is ready to use, with the defaults each field gives.
 type Retry struct {
-	// MaxAttempts is the number of attempts, the first one included.
-	// Zero means [DefaultMaxAttempts] (4); 1 means no retries. It is an
-	// upper bound, and three things end an operation sooner:
+	// MaxAttempts is the number of attempts, the first one included. Zero
+	// or negative means [DefaultMaxAttempts] (4); 1 means no retries. It is
+	// an upper bound, and these end an operation sooner:
 	//
-	//   - The retry budget (Budget; transport.New sets one by default)
-	//     allows each host's retries to be at most 10 + 20% of its recent
-	//     operations: a small client that calls a failing host over and
-	//     over makes 4 attempts on its first calls, then fewer, then 1,
-	//     until the host recovers. Such an operation ends with
-	//     [ReasonBudgetSpent], in the returned error (transport.RetryError)
-	//     and in OnGiveUp.
-	//   - A request is sent again only when that is safe
-	//     ([SafeToResend], or an outcome that proves the server did not
-	//     act): a POST nobody vouched for that fails with a 503 is sent
-	//     once ([ReasonNotSafe]).
+	//   - The retry budget, when there is one, ends it with
+	//     [ReasonBudgetSpent]. It bounds each host's retries to 10 + 20%
+	//     of its recent operations. transport.New sets one by default.
+	//   - A request that is not [SafeToResend] goes again only after an
+	//     outcome that proves the server did not act. A POST nobody
+	//     vouched for that fails with a 503 is sent once
+	//     ([ReasonNotSafe]).
 	//   - An open breaker, a deadline or a long Retry-After end it early
 	//     ([ReasonRefused], [ReasonWaitPastDeadline],
 	//     [ReasonRetryAfterTooLong]).
 	//
 	// net/http itself may send one attempt twice, below this count and
-	// unseen by OnAttempt: on a reused keep-alive connection that the
-	// server closed, it replays a request it takes as safe (GET, HEAD,
-	// OPTIONS, TRACE, and a request with an Idempotency-Key or
-	// X-Idempotency-Key header), or one of which it wrote no byte. Every
-	// request it replays is one sturdy would retry too: sturdy adds a key
-	// header only to requests that are vouched for.
+	// unseen by OnAttempt. See docs/design.md in the repository.
 	MaxAttempts int
 
-	// Backoff gives the wait before each retry. The wait used is the
-	// longer of Backoff's and the server's (Retry-After, retry-after-ms).
-	// Nil means FullJitter(DefaultBackoffBase, DefaultBackoffMax):
-	// a uniform random wait in [0, min(30s, 200ms*2^attempt)).
+	// Backoff gives the wait before each retry. The wait used is the longer
+	// of Backoff's and the server's (Retry-After, retry-after-ms). Nil
+	// means FullJitter(DefaultBackoffBase, DefaultBackoffMax): a uniform
+	// random wait in [0, min(30s, 200ms*2^attempt)).
 	Backoff Backoff
 
 	// MaxRetryAfter is the longest server-asked wait that is honoured. A
-	// response asking for a longer one is handed back to the caller at
-	// once instead of being waited on. Zero means
-	// [DefaultMaxRetryAfter] (60s); negative means no server-asked wait
-	// is ever waited on.
+	// response that asks for a longer one is handed back to the caller at
+	// once. Zero means [DefaultMaxRetryAfter] (60s). Negative means no
+	// server-asked wait is ever waited on.
 	MaxRetryAfter time.Duration
 
 	// Classify decides whether an attempt's outcome is worth another
 	// attempt. Nil means [DefaultClassifier]. A Decision that leaves
-	// HasRetryAfter false still waits for the response's Retry-After
-	// (within MaxRetryAfter); to retry sooner than the server asked, a
+	// HasRetryAfter false still waits for the response's Retry-After,
+	// within MaxRetryAfter. To retry sooner than the server asked, a
 	// classifier sets HasRetryAfter with the wait it wants.
 	Classify Classifier
 
 	// MaxBufferedBody is how many bytes of a request body without GetBody
 	// are kept in memory to replay it. A longer body is sent once, as it
-	// streams, and not retried. Zero means [DefaultMaxBufferedBody]
-	// (1 MiB); negative means bodies without GetBody are never buffered
-	// (and so never retried).
+	// streams, and not retried. Zero means [DefaultMaxBufferedBody] (1
+	// MiB). Negative means bodies without GetBody are never kept, so never
+	// retried.
 	MaxBufferedBody int64
 
-	// MaxProblemBody is how many bytes of an RFC 9457 problem body are
-	// read to learn whether the server says the error is retriable. The
-	// caller still receives the whole body. Zero means
-	// [DefaultMaxProblemBody] (64 KiB); negative means problem bodies are
-	// not read.
+	// MaxProblemBody is how many bytes of an RFC 9457 problem body are read
+	// to learn whether the server says the error is retriable. The caller
+	// still receives the whole body. Zero means [DefaultMaxProblemBody] (64
+	// KiB). Negative means problem bodies are not read.
 	MaxProblemBody int64
 
 	// IdempotencyHeader is the request header whose key makes a POST or
@@ -86,9 +75,9 @@ type Retry struct {
 	// "Idempotency-Key".
 	IdempotencyHeader string
 
-	// Budget bounds retries to a fraction of recent traffic per host, so a
-	// fleet of clients does not multiply the load on a failing server.
-	// Nil means no budget.
+	// Budget bounds each host's retries to a fraction of its recent
+	// traffic, so a fleet of clients does not multiply the load on a
+	// failing server. Nil means no budget.
 	Budget *Budget
 
 	// OnAttempt, when set, is called after each attempt with its outcome.
@@ -97,8 +86,8 @@ type Retry struct {
 	// OnRetry, when set, is called before each wait for a retry.
 	OnRetry func(RetryEvent)
 
-	// OnGiveUp, when set, is called when an operation ends on an error
-	// or an error status (400 and above), with the reason no further
+	// OnGiveUp, when set, is called when an operation ends on an error or
+	// an error status (400 and above). It gets the reason no further
 	// attempt is made.
 	OnGiveUp func(GiveUpEvent)
 }
@@ -132,16 +121,15 @@ type RetryEvent struct {
 	Err     error         // the previous attempt's error, nil when it got a response
 
 	// RetryAfter is the wait the server asked for (Retry-After,
-	// retry-after-ms), or the classifier in its place; 0 when neither
-	// asked. Wait is the longer of it and the backoff.
+	// retry-after-ms), or the classifier's in its place. It is 0 when
+	// neither asked. Wait is the longer of it and the backoff.
 	RetryAfter time.Duration
 }
 
 // WithDefaults returns p with each zero field set to its documented
-// default: MaxAttempts, Backoff, MaxRetryAfter, Classify,
-// MaxBufferedBody, MaxProblemBody and IdempotencyHeader. Negative limits
-// stay negative (they mean "none"). Package transport reads a policy
-// through it.
+// default: MaxAttempts, Backoff, MaxRetryAfter, Classify, MaxBufferedBody,
+// MaxProblemBody and IdempotencyHeader. Negative limits stay negative: they
+// mean "none". Package transport reads a policy through it.
 func (p Retry) WithDefaults() Retry {
 	if p.MaxAttempts <= 0 {
 		p.MaxAttempts = DefaultMaxAttempts

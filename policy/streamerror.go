@@ -7,8 +7,8 @@ import (
 )
 
 // DefaultStreamPreambles are the events that open a stream without
-// committing it when [Stream].Preambles is nil: Anthropic's keepalive
-// and opening envelope, and OpenAI Responses' opening events.
+// committing it, when [Stream].Preambles is nil. They are Anthropic's
+// keepalive and opening envelope, and OpenAI Responses' opening events.
 var DefaultStreamPreambles = []string{
 	"ping",
 	"message_start",
@@ -17,12 +17,12 @@ var DefaultStreamPreambles = []string{
 }
 
 // Stream says how the events that open a streamed response are judged
-// before the response is handed back (see [Stream.Judge]). The zero
-// value judges with the defaults below.
+// before the response is handed back (see [Stream.Judge]). The zero value
+// judges with the defaults of its field.
 type Stream struct {
-	// Preambles names the events that commit nothing: an SSE event
-	// field, or an event's top-level "type". Nil means
-	// [DefaultStreamPreambles]; an empty non-nil slice means none.
+	// Preambles names the events that commit nothing: an SSE event field,
+	// or an event's top-level "type". Nil means [DefaultStreamPreambles].
+	// An empty non-nil slice means none.
 	Preambles []string
 }
 
@@ -68,22 +68,22 @@ type streamErrorBody struct {
 	Code json.RawMessage `json:"code"`
 }
 
-// Judge decides what one event of a stream is. name is the SSE event
-// field (empty for NDJSON and for unnamed events) and data the event's
-// data. In order:
+// Judge decides what one event of a stream is. name is the SSE event field,
+// empty for NDJSON and for unnamed events. data is the event's data. Judge
+// checks, in order:
 //
 //   - an event named "error", or "response.failed", is an error;
 //   - an event named in Preambles is a keepalive, and any other named
 //     event is content: a name says what an event is, without its data;
 //   - data that is not a JSON object is content;
-//   - an object with a top-level "error" member (not null), or whose
-//     "type" is "error" or "response.failed", is an error;
+//   - an object with a top-level "error" member (not null) is an error,
+//     and so is one whose "type" is "error" or "response.failed";
 //   - an object whose "type" is in Preambles is a keepalive;
 //   - anything else is content.
 //
-// An error's type is read from error.code, error.type, a top-level code,
-// or response.error.code, the first that [StreamErrorStatus] knows, and
-// is judged by StreamErrorStatus.
+// An error's type is the first of these that [StreamErrorStatus] knows:
+// error.code, error.type, a top-level code, or response.error.code.
+// StreamErrorStatus judges it.
 func (s Stream) Judge(name, data []byte) EventVerdict {
 	isError := string(name) == "error" || string(name) == "response.failed"
 	if !isError && len(name) > 0 {
@@ -205,12 +205,15 @@ var streamErrors = map[string]struct {
 }
 
 // StreamErrorStatus returns the HTTP status that an error sent inside a
-// stream stands for, by its type or code, and whether it is final (no
-// attempt can do better). Anthropic's overloaded_error is 529 and its
-// rate_limit_error 429; api_error and OpenAI's server_error are 500;
-// invalid_request_error, authentication and permission errors are final.
-// An unknown type stands for 500, which is retried only when the request
-// is safe to send again.
+// stream stands for, by its type or code. It also reports whether the error
+// is final, when no attempt can do better:
+//
+//   - Anthropic's overloaded_error is 529, and its rate_limit_error 429.
+//   - api_error and OpenAI's server_error are 500.
+//   - invalid_request_error, authentication and permission errors are
+//     final.
+//   - An unknown type stands for 500, which is retried only when the
+//     request is safe to send again.
 func StreamErrorStatus(typ string) (status int, final bool) {
 	status, final, _ = streamError(typ)
 	return status, final

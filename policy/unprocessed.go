@@ -6,15 +6,16 @@ import (
 )
 
 // Unprocessed is one outcome of net/http in which the server provably did
-// not process the request: a row of the table that [NotProcessed] reads.
+// not process the request. It is a row of the table that [NotProcessed]
+// reads.
 type Unprocessed struct {
 	// Name says what happened, in a few stable words for logs and hooks.
 	Name string
 	// Proto is the protocol the outcome belongs to: "HTTP/1.1" or "HTTP/2".
 	Proto string
-	// Text is net/http's error text, as its Error method returns it; a
-	// '%d' stands for a stream ID, a '%s' at its end for the text of the
-	// error it wraps: the parts that vary.
+	// Text is net/http's error text, as its Error method returns it. The
+	// parts that vary are marked: a '%d' stands for a stream ID, and a '%s'
+	// at its end for the text of the error it wraps.
 	Text string
 	// Why says what in net/http's source makes the outcome a proof.
 	Why string
@@ -75,8 +76,8 @@ var unprocessedTable = [...]Unprocessed{
 }
 
 // UnprocessedOutcomes returns a copy of the table that [NotProcessed]
-// reads: net/http's outcomes that prove the server did not process a
-// request, one row each.
+// reads. Each row is an outcome of net/http that proves the server did not
+// process a request.
 func UnprocessedOutcomes() []Unprocessed {
 	rows := unprocessedTable
 	return rows[:]
@@ -85,9 +86,9 @@ func UnprocessedOutcomes() []Unprocessed {
 // NotProcessed reports whether err, or an error it wraps, is one of
 // net/http's outcomes in [UnprocessedOutcomes], and returns that row.
 //
-// Such a request may be sent again whoever vouched for it, since the
-// server never processed it. net/http replays it by itself when it can;
-// it returns one of these errors only when it did not.
+// Such a request may be sent again whoever vouched for it, since the server
+// never processed it. net/http replays it by itself when it can. It returns
+// one of these errors only when it did not.
 func NotProcessed(err error) (Unprocessed, bool) {
 	for err != nil {
 		if row, ok := matchUnprocessed(err.Error()); ok {

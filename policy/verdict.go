@@ -7,13 +7,14 @@ import (
 	"net/http"
 )
 
-// Verdict is what one attempt's outcome says, decided by [Judge]: every
-// layer that counts or judges an attempt (breaker, quota, throttle,
-// hedge, retry) reads these facts from here, so that each has one rule.
+// Verdict is what one attempt's outcome says, as [Judge] decides it. Every
+// layer that counts or judges an attempt reads these facts from here. So
+// each fact has one rule, for the breaker, the quota, the throttle, the
+// hedge and the retry alike.
 type Verdict struct {
-	// Sent reports whether the request may have reached the server.
-	// It is false for a layer's refusal, the caller's error and a
-	// connection never made: such a request used no quota.
+	// Sent reports whether the request may have reached the server. It is
+	// false for a layer's refusal, the caller's error and a connection
+	// never made. Such a request used no quota.
 	Sent bool
 	// Refusal names what refused the request unsent (see [Refusal]);
 	// empty when nothing did.
@@ -28,17 +29,20 @@ type Verdict struct {
 	Overloaded bool
 }
 
-// Judge decides the [Verdict] of the outcome o. o.CallerEnded says
-// whether the caller's own context had ended (canceled, or its deadline
-// passed); o.NotConnected whether no connection was made.
+// Judge decides the [Verdict] of the outcome o. o.CallerEnded says whether
+// the caller's own context had ended, canceled or past its deadline.
+// o.NotConnected says whether no connection was made.
 //
-// The outcome says nothing of the host (HostIgnored) when the caller
-// ended the attempt, when the request could not be sent as written
-// ([IsCallerError]), when a layer refused it unsent, or when net/http
-// proves the server did not process it ([NotProcessed]). Otherwise an
-// error, or a 5xx, is HostFailing, and any other response, 4xx
-// included, is HostHealthy: a 429 comes from a host that is up and
-// answering, and is for rate limiting to handle, not for a breaker.
+// The outcome says nothing of the host (HostIgnored) when:
+//
+//   - the caller ended the attempt;
+//   - the request could not be sent as written ([IsCallerError]);
+//   - a layer refused it unsent;
+//   - or net/http proves the server did not process it ([NotProcessed]).
+//
+// Otherwise an error or a 5xx is HostFailing. Any other response, 4xx
+// included, is HostHealthy: a 429 is for rate limiting to handle, not for a
+// breaker.
 func Judge(o Outcome) Verdict {
 	if o.Err == nil && o.Response != nil {
 		return JudgeStatus(o.Response.StatusCode)

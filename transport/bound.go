@@ -342,10 +342,10 @@ type readBodyKey struct{}
 // walk up the request's context chain.
 var readBodyUsed atomic.Bool
 
-// WithReadBody returns a copy of ctx that sets, for the requests made
-// with it, how much of a response body that is not a stream [New] reads
-// inside the attempt (see Options.ReadBody): limit > 0 turns it on with
-// that limit, limit < 0 turns it off, 0 keeps the stack's setting.
+// WithReadBody returns a copy of ctx that sets [Options.ReadBody] for the
+// requests made with it. A limit above 0 reads bodies up to that limit
+// inside the attempt. A limit below 0 turns the reading off, and 0 keeps
+// the stack's setting.
 func WithReadBody(ctx context.Context, limit int64) context.Context {
 	if limit == 0 {
 		return ctx
@@ -387,8 +387,8 @@ func readInAttempt(resp *http.Response, b *boundBody, limit int64) (*http.Respon
 	return resp, nil
 }
 
-// ResponseBodyError is the error of an attempt whose response body failed while
-// it was read inside the attempt (Options.ReadBody): the server sent its
+// ResponseBodyError is the error of an attempt whose body failed while it
+// was read inside the attempt ([Options.ReadBody]). The server sent its
 // headers, then cut the body or stalled. [Retry] treats it as a network
 // error: it tries again when the request is safe to send twice.
 type ResponseBodyError struct {

@@ -8,28 +8,28 @@ import (
 	"time"
 )
 
-// Deadline bounds everything beneath it to d: the request it passes on
-// carries a context whose deadline is d from now, unless the caller's
-// context already has a tighter one (then the request passes untouched).
+// Deadline returns a middleware that bounds everything beneath it to d. The
+// request it passes on carries a context whose deadline is d from now. When
+// the caller's context already has a tighter deadline, the request passes
+// untouched.
 //
-// The deadline covers the response body too, whatever it is: it is
-// released when the body is read to its end or closed, never when
-// RoundTrip returns, so a streamed body stays readable until d runs out,
-// and no longer. Deadline is a hard limit; [New] uses finer bounds for
-// its Timeout, AttemptTimeout and IdleTimeout, which let a stream (an SSE
-// or NDJSON body) run for as long as it makes progress. When RoundTrip
-// fails the deadline is released at once.
+// The deadline covers the response body too, whatever it is. It is released
+// when the body is read to its end or closed, never when RoundTrip returns.
+// So a streamed body stays readable until d runs out, and no longer. When
+// RoundTrip fails, the deadline is released at once.
+//
+// Deadline is a hard limit. [New] uses finer bounds (Timeout,
+// AttemptTimeout, IdleTimeout) that let a stream run for as long as it
+// makes progress.
 //
 // Placed twice, Deadline gives a whole-operation budget and a per-attempt
 // limit: Chain(base, Deadline(total), Retry(p), Deadline(perAttempt)). An
-// attempt that runs out of its own time ends in [context.DeadlineExceeded]
-// and is retried while the total budget remains.
+// attempt that runs out of its own time is retried while the total budget
+// remains.
 //
-// When the deadline passes, the error is a [*DeadlineError] that says
-// which limit ran out; errors.Is(err, context.DeadlineExceeded) holds.
-//
-// A d of zero or less means no deadline: the middleware passes requests
-// through.
+// When the deadline passes, the error is a [*DeadlineError] that names the
+// limit; errors.Is(err, context.DeadlineExceeded) holds. A d of zero or
+// less means no deadline: requests pass through.
 func Deadline(d time.Duration) Middleware {
 	return func(next http.RoundTripper) http.RoundTripper {
 		next = orDefault(next)
@@ -40,13 +40,12 @@ func Deadline(d time.Duration) Middleware {
 	}
 }
 
-// DeadlineError is the cause of a request context that a bound ended
-// ([Deadline], or the Timeout, AttemptTimeout or IdleTimeout of [New]):
-// the stack returns it when a request or its body runs out of time, and
-// [context.Cause] gives it. It matches [context.DeadlineExceeded] with
-// errors.Is, and its Timeout method reports true. A [Breaker] counts a
-// request that ran out of a bound's time as a failure of its host,
-// unlike one that ran out of the caller's own deadline.
+// DeadlineError is the error of a request, or of its body, that ran out of
+// a bound's time. The bound is a [Deadline], or the Timeout, AttemptTimeout
+// or IdleTimeout of [New]. [context.Cause] of the request's context gives
+// it too. It matches [context.DeadlineExceeded] with errors.Is, and its
+// Timeout method reports true. A [Breaker] counts it as a failure of the
+// host, unlike the caller's own deadline.
 type DeadlineError struct {
 	// Bound names the bound: "Timeout", "AttemptTimeout" or
 	// "IdleTimeout" for those of [New], empty for a [Deadline].
@@ -56,7 +55,7 @@ type DeadlineError struct {
 	Limit time.Duration
 }
 
-// Error names the bound and its limit: "transport: Timeout of 10m0s
+// Error names the bound and its limit, as in "transport: Timeout of 10m0s
 // exceeded".
 func (e *DeadlineError) Error() string {
 	switch e.Bound {

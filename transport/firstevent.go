@@ -25,35 +25,33 @@ const maxAhead = 1 << 20
 // first event fit in it.
 const aheadChunk = 4 << 10
 
-// FirstEvent returns a middleware that hands a streamed response
-// (server-sent events or NDJSON) back at its first content event rather
-// than at its headers. Before that event, an error event, an end, or a
-// stall past timeout is a failed attempt for the [Retry] or [Hedge] above:
+// FirstEvent returns a middleware that hands a streamed response back at
+// its first content event rather than at its headers. It acts on
+// server-sent events and NDJSON. Before that event, these are failed
+// attempts for the [Retry] or [Hedge] above:
 //
-//   - an error event is judged as the status it stands for
-//     ([policy.StreamErrorStatus]): the attempt's response carries that
-//     status, and Retry and Hedge try again under their usual rules (a
-//     request not safe to send again only for a rate limit);
-//   - an end before any content event is judged as a 502;
-//   - a stall is a [*ResponseBodyError] wrapping a [*DeadlineError]
-//     named "FirstEventTimeout", and the connection is closed.
+//   - An error event is judged as the status it stands for
+//     ([policy.StreamErrorStatus]). The attempt's response carries that
+//     status, and Retry and Hedge try again under their usual rules. A
+//     request not safe to send twice goes again only after a rate limit.
+//   - An end before any content event is judged as a 502.
+//   - A stall past timeout is a [*ResponseBodyError] wrapping a
+//     [*DeadlineError] named "FirstEventTimeout". The connection is
+//     closed.
 //
-// A request whose body may still be being written (a full-duplex stream:
-// no declared length, no GetBody) is handed back at its headers, as
-// before: its first event may wait on the caller's next write.
+// A request whose body may still be being written is handed back at its
+// headers. That is a full-duplex stream, with no declared length and no
+// GetBody.
 //
-// Comments, pings and the events in s.Preambles commit nothing. The
-// caller reads every byte of the stream handed back, preamble included.
-// When Retry or Hedge gives up on a judged stream, it hands back that
-// stream as it came (its status and every byte), so that an SDK reports
-// the error as it would have. An error whose type is final (a malformed
-// request) is handed back at once.
+// Comments, pings and the events in s.Preambles commit nothing. The caller
+// reads every byte of the stream handed back, preamble included. When Retry
+// or Hedge gives up on a judged stream, it hands back that stream as it
+// came, its status and every byte. An error whose type is final, such as a malformed request, is
+// handed back at once.
 //
-// Timeout zero means no limit of its own; negative turns the layer off.
-// Place it beneath Retry, Hedge and Breaker, as [New] does, so that the
-// breaker judges the status that an error event stands for. With no Retry or
-// Hedge above, a judged stream's status is not restored: a layer that
-// hands responses to callers must be above it.
+// A zero timeout means no limit of its own; a negative one turns the layer
+// off. Place FirstEvent beneath Retry, Hedge and Breaker, as [New] does.
+// Without a Retry or Hedge above, a judged stream's status is not restored.
 func FirstEvent(timeout time.Duration, s policy.Stream) Middleware {
 	return firstEventMiddleware(timeout, 0, s, true, nil)
 }
@@ -120,7 +118,7 @@ func (t *firstEvent) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // StreamEvent describes how a stream's read ahead to its first content
-// event ended, for Hooks.OnStreamCommit.
+// event ended, for [Hooks].OnStreamCommit.
 type StreamEvent struct {
 	Request *http.Request // the attempt's request
 	// Committed reports that a content event came: the stream was

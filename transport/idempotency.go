@@ -7,24 +7,23 @@ import (
 	"github.com/sturdyhttp/sturdy/idempotency"
 )
 
-// IdempotencyKey gives a key to each logical operation that is vouched
-// for, and to no other. A request that has no key header yet is passed on
-// as a copy carrying one when the caller gave its own key in the context
-// ([idempotency.WithKey]), or when its method is in o.Methods (POST and
-// PATCH by default) and its host is listed in o.Hosts; then the key is
-// made by o.NewKey (a random UUIDv4 by default). A key the caller set in
-// the header is kept. The caller's request is not modified.
+// IdempotencyKey returns a middleware that gives a key to each logical
+// operation that is vouched for, and to no other. A request vouched for
+// without a key header is passed on as a copy that carries one. It is
+// vouched for when the caller gave its own key with [idempotency.WithKey].
+// It is also vouched for when its method is in o.Methods and its host in
+// o.Hosts. The key is then made by o.NewKey.
 //
-// Any other request carries no key header. A key makes a request safe to
-// send again, to [Retry] ([policy.SafeToResend]) and to net/http, which
-// replays a request with an Idempotency-Key header on a new connection by
-// itself; a key the server does not deduplicate by would turn each of
-// those into a second side effect.
+// The defaults are those of [idempotency.Options]: POST and PATCH, no
+// hosts, and a random UUIDv4 key. A key the caller set in the header is
+// kept. Any other request carries no key header. The caller's request is
+// not modified.
 //
-// Place it outside [Retry], as [New] does, so that the key is made once per
-// operation and every attempt carries the same one; a server that honours
-// the key then performs the operation at most once however often it is
-// retried.
+// A key makes a request safe to send again, to [Retry]
+// ([policy.SafeToResend]) and to net/http. Give keys only to hosts that
+// deduplicate by them. Place IdempotencyKey outside Retry, as [New] does,
+// so that every attempt carries the same key. See docs/idempotency.md in
+// the repository for the reasons.
 func IdempotencyKey(o idempotency.Options) Middleware {
 	header := http.CanonicalHeaderKey(o.HeaderName())
 	newKey := o.NewKey
@@ -64,10 +63,10 @@ func (t *idemKey) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // KeyFromError returns the idempotency key that [IdempotencyKey] gave the
-// operation that ended in err, so that a caller can retry it by hand
-// with the same key (with [idempotency.WithKey]). A response carries its
-// key in resp.Request.Header. It reports false when err does not come
-// from an operation that was given a key.
+// operation that ended in err. A caller can retry the operation by hand
+// with the same key, through [idempotency.WithKey]. It reports false when
+// err does not come from an operation that was given a key. A response
+// carries its key in resp.Request.Header.
 func KeyFromError(err error) (string, bool) {
 	var ke *keyedError
 	if errors.As(err, &ke) {

@@ -12,33 +12,31 @@ import (
 	"github.com/sturdyhttp/sturdy/ratelimit"
 )
 
-// Defaults of [Options].
+// Defaults of [Options]. See docs/design.md in the repository for why they
+// are what they are.
 const (
-	// DefaultTimeout bounds getting a response when Timeout is zero: what
-	// the providers' SDKs give a completion (see docs/design.md).
+	// DefaultTimeout is the Timeout used when Options.Timeout is zero.
 	DefaultTimeout = 10 * time.Minute
-	// DefaultAttemptTimeout is zero: no attempt is cut before Timeout,
-	// since a completion's headers may take minutes.
+	// DefaultAttemptTimeout is zero: no attempt is cut before Timeout.
 	DefaultAttemptTimeout = 0
-	// DefaultIdleTimeout is the longest a body may go without a byte when
-	// IdleTimeout is zero: the providers' Python SDKs' read timeout.
+	// DefaultIdleTimeout is the IdleTimeout used when Options.IdleTimeout
+	// is zero.
 	DefaultIdleTimeout = 10 * time.Minute
 	// DefaultMaxIdleConnsPerHost is how many idle connections per host the
 	// default base keeps.
 	DefaultMaxIdleConnsPerHost = 100
-	// DefaultMaxResponseHeaderBytes bounds the response headers the
-	// default base accepts (net/http's own default is 10 MiB, and parsing
-	// costs several times the header's size in memory).
+	// DefaultMaxResponseHeaderBytes is the most response header bytes the
+	// default base accepts, a tenth of net/http's own default.
 	DefaultMaxResponseHeaderBytes = 1 << 20
 )
 
-// Layer names a part of the stack that [New] builds, to switch it off
-// with Options.Disable: the one way to switch off a part that is on by
-// default. The layers, outermost first: [LayerIdempotencyKey],
-// [LayerTimeout], [LayerRetry], [LayerRateLimit], [LayerBreaker],
-// [LayerFirstEvent], [LayerAttemptTimeout]; and two parts of layers:
-// [LayerIdleTimeout] and [LayerRetryBudget]. Hedge and Throttle are off
-// unless their settings are set.
+// Layer names a part of the stack that [New] builds. Set it in
+// Options.Disable to switch that part off: the one way to do so. The
+// layers, outermost first, are [LayerIdempotencyKey], [LayerTimeout],
+// [LayerRetry], [LayerRateLimit], [LayerBreaker], [LayerFirstEvent] and
+// [LayerAttemptTimeout]. [LayerIdleTimeout] and [LayerRetryBudget] are
+// parts of layers. Hedge and Throttle are off unless their settings are
+// set.
 type Layer uint16
 
 // Each Layer constant is declared on its own so that go doc lists them all.
@@ -64,60 +62,59 @@ const LayerAttemptTimeout Layer = 1 << 6
 // LayerIdleTimeout is the IdleTimeout watch of the Timeout layer.
 const LayerIdleTimeout Layer = 1 << 7
 
-// LayerRetryBudget is the retry budget that Retry and Hedge share: off,
-// each operation may use all its attempts however many of its host's
+// LayerRetryBudget is the retry budget that Retry and Hedge share. Without
+// it, each operation may use all its attempts however many of its host's
 // requests fail. It does not switch off a Retry.Budget set by the caller.
 const LayerRetryBudget Layer = 1 << 8
 
-// LayerFirstEvent is [FirstEvent]: off, streams are handed back at their
-// headers, as a negative Options.FirstEventTimeout does.
+// LayerFirstEvent is [FirstEvent]. Without it, streams are handed back at
+// their headers, as with a negative Options.FirstEventTimeout.
 const LayerFirstEvent Layer = 1 << 9
 
-// Options configures [New]. The zero value is the recommended stack with
-// every default below.
+// Options configures [New]. The zero value is the recommended stack. Each
+// field says its default.
 type Options struct {
 	// Base is the transport that sends each attempt. Nil means a new
 	// cleanhttp.DefaultPooledTransport() that keeps up to
-	// [DefaultMaxIdleConnsPerHost] idle connections per host and accepts
-	// at most [DefaultMaxResponseHeaderBytes] of response headers.
+	// [DefaultMaxIdleConnsPerHost] idle connections per host. It accepts at
+	// most [DefaultMaxResponseHeaderBytes] of response headers.
 	Base http.RoundTripper
 
-	// Timeout bounds an operation until its final response's headers
-	// (every attempt and every wait between them), and the reading of
-	// that response's body unless it is a stream (server-sent events,
-	// NDJSON and the like, see IdleTimeout). Zero means [DefaultTimeout]
-	// (10 minutes); negative means no limit beyond the caller's context.
+	// Timeout bounds the operation until its final response's headers,
+	// attempts and waits included. It also bounds the reading of a body
+	// that is not a stream. A stream (server-sent events, NDJSON and the
+	// like) is bounded by IdleTimeout instead. Zero means [DefaultTimeout],
+	// 10 minutes. Negative means no limit beyond the caller's context.
 	Timeout time.Duration
 
-	// AttemptTimeout bounds one attempt until its response headers; an
-	// attempt that runs out is retried when the retry rules allow it
-	// (the request is safe to send again and Timeout leaves time). It
-	// does not bound the body. Zero or negative means no per-attempt
-	// limit ([DefaultAttemptTimeout]).
+	// AttemptTimeout bounds one attempt until its response headers. It does
+	// not bound the body. An attempt that runs out is retried when the
+	// request is safe to send again and Timeout leaves time. Zero or
+	// negative means no per-attempt limit ([DefaultAttemptTimeout]).
 	AttemptTimeout time.Duration
 
-	// IdleTimeout is the longest a response body may go without a byte:
-	// a Read blocked this long fails with a [*DeadlineError], and the
-	// connection is closed. A stream (SSE, NDJSON, gRPC and the like) is
-	// bounded by nothing else: it is read while it makes progress. The
-	// failed bodies that Retry and Hedge read are cut the same way.
-	// Zero means [DefaultIdleTimeout] (10 minutes); negative means none.
+	// IdleTimeout is the longest a response body may go without delivering
+	// a byte. A Read blocked this long fails with a [*DeadlineError], and
+	// the connection is closed. A stream (SSE, NDJSON, gRPC and the like)
+	// is bounded by nothing else: it is read while it makes progress. The
+	// failed bodies that Retry and Hedge drain are cut the same way. Zero
+	// means [DefaultIdleTimeout], 10 minutes. Negative means none.
 	IdleTimeout time.Duration
 
-	// ReadBody, when positive, makes each attempt read a response body
-	// that is not a stream, up to ReadBody bytes, before the response is
-	// handed back: a body that is cut or stalls half way is then a failed
-	// attempt (a [*ResponseBodyError]) that the retry rules try again, and the
-	// caller gets a complete body or an error. A longer body is handed
-	// back as it streams after its first ReadBody bytes. Zero means off;
+	// ReadBody, when positive, makes each attempt read a body that is not a
+	// stream, up to ReadBody bytes, before it hands the response back. A
+	// body cut or stalled half way is then a failed attempt, a
+	// [*ResponseBodyError], that the retry rules try again. The caller gets
+	// a complete body or an error. A longer body is handed back as it
+	// streams after its first ReadBody bytes. Zero means off.
 	// [WithReadBody] sets it per request.
 	ReadBody int64
 
-	// Retry is the retry policy; its zero value means 4 attempts with
+	// Retry is the retry policy. Its zero value means 4 attempts with
 	// full-jitter backoff (see [policy.Retry]). A nil Retry.Budget means a
-	// retry budget with [policy.Budget]'s default settings, kept per host
-	// beside its breaker, unless Disable has [LayerRetryBudget]. An empty
-	// Retry.IdempotencyHeader follows Idempotency.Header.
+	// retry budget per host with [policy.Budget]'s defaults, unless Disable
+	// has [LayerRetryBudget]. An empty Retry.IdempotencyHeader follows
+	// Idempotency.Header.
 	Retry policy.Retry
 
 	// DisableRetryBudget is Disable: LayerRetryBudget.
@@ -126,61 +123,62 @@ type Options struct {
 	// part of the stack off.
 	DisableRetryBudget bool
 
-	// Breaker configures the per-host circuit breakers (see
-	// [BreakerSettings] for the defaults).
+	// Breaker configures the per-host circuit breakers. Its zero value has
+	// the defaults of [BreakerSettings].
 	Breaker BreakerSettings
 
-	// Breakers, when set, are the circuit breakers the stack uses, in
-	// place of new ones made with Breaker, so that the caller can read
-	// their state ([Breakers.State]); Hooks.OnBreakerStateChange is then
-	// not called (set Breaker.OnStateChange before NewBreakers).
+	// Breakers, when set, are the circuit breakers the stack uses instead
+	// of new ones made from Breaker. The caller can then read their state
+	// with [Breakers.State]. Hooks.OnBreakerStateChange is then not called:
+	// set Breaker.OnStateChange before [NewBreakers]. Nil means new
+	// breakers.
 	Breakers *Breakers
 
-	// RateLimit configures how server quotas are honoured (see
-	// [ratelimit.Options] for the defaults). Its MaxHosts bounds the one
-	// table that holds every layer's per-host state (quotas, breakers,
-	// budgets); zero means 10,000 hosts here.
+	// RateLimit configures how server quotas are honoured; see
+	// [ratelimit.Options] for its defaults. Its MaxHosts also bounds the
+	// one table that holds every layer's per-host state. Zero MaxHosts
+	// means 10,000 hosts here.
 	RateLimit ratelimit.Options
 
-	// Idempotency configures the idempotency keys: list in
-	// Idempotency.Hosts the hosts whose POSTs and PATCHes are safe to send
-	// again (see [idempotency.Options]). Nil Hosts means only requests the
-	// caller keyed itself carry a key.
+	// Idempotency configures the idempotency keys; see
+	// [idempotency.Options] for its defaults. List in Idempotency.Hosts the
+	// hosts whose POSTs and PATCHes are safe to send again. Nil Hosts means
+	// only requests the caller keyed itself carry a key.
 	Idempotency idempotency.Options
 
-	// Hedge, when set, adds a [Hedge] layer beneath Retry: a slow request
+	// Hedge, when set, adds a [Hedge] layer beneath Retry. A slow request
 	// that is safe to send twice is sent again, and the first acceptable
 	// response wins. Hedges draw on Retry's budget unless Hedge.Budget is
-	// set; an empty IdempotencyHeader and a nil Classify follow Retry's.
+	// set. An empty IdempotencyHeader and a nil Classify follow Retry's.
 	// Nil means no hedging.
 	Hedge *policy.Hedge
 
-	// Throttle, when set, adds a [Throttle] layer beneath Retry and Hedge:
-	// when a host fails more than half of what it is sent, requests to it
+	// Throttle, when set, adds a [Throttle] layer beneath Retry and Hedge.
+	// When a host fails more than half of what it is sent, requests to it
 	// are shed locally, unsent, with a [*ThrottleError]. The breaker then
 	// leaves an overloaded server's 503 and 529 to it. Nil means none.
 	Throttle *policy.Throttle
 
-	// Disable switches layers off: Disable: LayerBreaker|LayerRateLimit.
-	// Zero means every layer is on.
+	// Disable switches parts of the stack off, as in Disable:
+	// LayerBreaker|LayerRateLimit. Zero means every layer is on.
 	Disable Layer
 
-	// PropagateDeadline, when true, sends each attempt's time left to
-	// the server, in milliseconds in the Request-Timeout header, from
-	// the innermost layer (see [PropagateDeadline]), so that a server
-	// behind [idempotency.DeadlineHandler] refuses a request that arrives
-	// after its caller gave up. False (the default) sends nothing.
+	// PropagateDeadline, when true, sends each attempt's time left to the
+	// server in the Request-Timeout header, in milliseconds (see
+	// [PropagateDeadline]). A server behind [idempotency.DeadlineHandler]
+	// then refuses a request that arrives after its caller gave up. False,
+	// the default, sends nothing.
 	PropagateDeadline bool
 
 	// FirstEventTimeout bounds a stream (server-sent events, NDJSON) from
-	// its headers to its first content event; past it the attempt fails
+	// its headers to its first content event. Past it, the attempt fails
 	// and may be tried again. Streams are handed back at that event (see
-	// [FirstEvent]). Timeout does not bound this wait, so that a model may
-	// think past it. Zero means no limit beyond IdleTimeout; negative
-	// hands streams back at their headers.
+	// [FirstEvent]). Timeout does not bound this wait, so a model may think
+	// past it. Zero means none beyond IdleTimeout. Negative means streams
+	// are handed back at their headers.
 	FirstEventTimeout time.Duration
 
-	// Stream says which events open a stream without committing it; its
+	// Stream says which events open a stream without committing it. Its
 	// zero value uses [policy.DefaultStreamPreambles].
 	Stream policy.Stream
 
@@ -191,18 +189,18 @@ type Options struct {
 
 // Hooks are functions called as the stack works, for logs, metrics and
 // traces. Each may be nil, which costs nothing. They run synchronously on
-// the goroutine of the request, never with a lock held: a hook may log,
-// export metrics or even send a request through the same stack.
-// [SlogHooks] makes a set that logs with log/slog.
+// the goroutine of the request, never with a lock held. So a hook may log,
+// export metrics or even send a request through the same stack. [SlogHooks]
+// makes a set that logs with log/slog.
 type Hooks struct {
-	// OnAttempt is called after each attempt with its outcome and
+	// OnAttempt is called after each attempt, with its outcome and
 	// duration.
 	OnAttempt func(policy.AttemptEvent)
-	// OnRetry is called before each wait for a retry, with the wait and
-	// the reason.
+	// OnRetry is called before each wait for a retry, with the wait and the
+	// reason.
 	OnRetry func(policy.RetryEvent)
-	// OnGiveUp is called when an operation ends on a failure, with why no
-	// further attempt is made.
+	// OnGiveUp is called when an operation ends on a failure, with the
+	// reason no further attempt is made.
 	OnGiveUp func(policy.GiveUpEvent)
 	// OnBreakerStateChange is called when a host's breaker changes state.
 	OnBreakerStateChange func(key string, from, to BreakerState)
@@ -220,33 +218,30 @@ type Hooks struct {
 	OnCopyCanceled func(policy.HedgeEvent)
 	// OnThrottle is called when a [Throttle] rejects a request locally.
 	OnThrottle func(ThrottleEvent)
-	// OnStreamCommit is called when a stream's read ahead ends: at its
-	// first content event, or on an error event, an end or a stall
+	// OnStreamCommit is called when a stream's read ahead ends. That is at
+	// its first content event, or at an error event, an end or a stall
 	// before it (see Options.FirstEventTimeout).
 	OnStreamCommit func(StreamEvent)
 }
 
 // New returns the recommended stack, outermost first:
 //
-//	IdempotencyKey, Deadline(Timeout), Retry, RateLimitAware, Breaker, Deadline(AttemptTimeout), base
+//	IdempotencyKey, Deadline(Timeout), Retry, RateLimitAware, Breaker, FirstEvent, Deadline(AttemptTimeout), base
 //
-// with [Hedge] then [Throttle] between Retry and RateLimitAware when
-// Options.Hedge and Options.Throttle set them, [FirstEvent] between
-// Breaker and Deadline(AttemptTimeout) unless Options.Disable has
-// [LayerFirstEvent], and [PropagateDeadline] just above base when
-// Options.PropagateDeadline is set. It is Chain(base, Layers(o)...): see
-// [Layers].
+// Options.Hedge adds [Hedge], then Options.Throttle adds [Throttle],
+// between Retry and RateLimitAware. Options.PropagateDeadline adds
+// [PropagateDeadline] just above base. Options.Disable switches layers off.
+// New is Chain(base, Layers(o)...).
 //
-// The two deadline layers are shaped for what is read (see
-// Options.Timeout, AttemptTimeout and IdleTimeout): unlike a [Deadline]
-// in a Chain, they let a stream run for as long as it makes progress.
-// The package documentation ("The order of the stack") tells why each
-// layer sits where it does. Adopt it with one line:
+// Unlike a [Deadline] in a Chain, the two deadline layers let a stream run
+// for as long as it makes progress. See Options.Timeout, AttemptTimeout and
+// IdleTimeout. The package documentation tells why each layer sits where it
+// does. Adopt it with one line:
 //
 //	client := &http.Client{Transport: transport.New(transport.Options{})}
 //
-// Each call builds its own breakers, quotas and budget: share the returned
-// RoundTripper (it is safe for concurrent use) rather than calling New
+// Each call builds its own breakers, quotas and budget. The returned
+// RoundTripper is safe for concurrent use: share it rather than call New
 // per request.
 func New(o Options) http.RoundTripper {
 	base := o.Base
@@ -259,12 +254,11 @@ func New(o Options) http.RoundTripper {
 	return Chain(base, Layers(o)...)
 }
 
-// Layers returns the layers of [New], outermost first, for [Chain]: a
-// stack built from them, with any RoundTripper of the caller's between
-// two of them, behaves as New does. The layers share per-host state
-// (breakers, quotas, budgets) in one table, made here; they learn of
-// each other per operation, through the request's context, never by
-// reference.
+// Layers returns the layers of [New], outermost first, for [Chain]. A stack
+// built from them behaves as New does, even with RoundTrippers of the
+// caller's between two of them. The layers share one table of per-host
+// state (breakers, quotas, budgets), made here. They learn of each other
+// through the request's context, never by reference.
 func Layers(o Options) []Middleware {
 	on := func(l Layer) bool { return o.Disable&l == 0 }
 	h := o.Hooks

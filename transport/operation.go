@@ -222,9 +222,8 @@ func opRecordOf(ctx context.Context) *opRecord {
 	return rec
 }
 
-// Operation is how an operation through [Retry] ended: how many
-// attempts reached the server, why no further one was made, and how
-// long it waited between them. [OperationOf] gives it for a response.
+// Operation is how an operation through [Retry] ended. [OperationOf] gives
+// it for a response.
 type Operation struct {
 	// Attempts is the number of attempts sent.
 	Attempts int
@@ -235,11 +234,10 @@ type Operation struct {
 	Waited time.Duration
 }
 
-// OperationOf returns how the operation that resp ends went, when it
-// passed a [Retry] layer; ok is false otherwise. It answers through
-// [http.Client] and any RoundTripper above the stack, so that a caller
-// who gets a 503 after retries learns how many attempts were made and
-// why they stopped.
+// OperationOf returns how the operation that resp ends went, when it passed
+// a [Retry] layer; ok is false otherwise. It answers through [http.Client]
+// and any RoundTripper above the stack. So a caller who gets a 503 after
+// retries learns how many attempts were made and why they stopped.
 func OperationOf(resp *http.Response) (op Operation, ok bool) {
 	if resp == nil || resp.Request == nil {
 		return Operation{}, false

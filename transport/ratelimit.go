@@ -7,47 +7,46 @@ import (
 	"github.com/sturdyhttp/sturdy/ratelimit"
 )
 
-// RateLimitAware returns a middleware that listens to the quota servers
-// report and holds requests back before they hit the limit, with a new
-// [ratelimit.Tracker] configured by o (its doc tells the rules):
+// RateLimitAware returns a middleware that reads the quotas servers report
+// and holds requests back before they hit the limit. It uses a new
+// [ratelimit.Tracker] configured by o, whose doc gives the rules:
 //
-//   - Every response's quota headers (X-RateLimit-*, OpenAI, Anthropic,
-//     IETF RateLimit) update the quotas of its host, per resource; see
-//     [ratelimit.ParseAll].
-//   - A request counted by a quota that is spent (Remaining at or below
-//     o.Reserve, reset ahead) waits for the reset; requests counted by
-//     other quotas of the host go on.
+//   - Every response's quota headers update the quotas of its host, per
+//     resource: X-RateLimit-*, OpenAI, Anthropic and IETF RateLimit (see
+//     [ratelimit.ParseAll]).
+//   - A request counted by a spent quota waits for its reset. A quota is
+//     spent when Remaining is at or below o.Reserve and the reset is
+//     ahead. Requests counted by other quotas of the host go on.
 //   - A 429 or 503 with Retry-After pauses the whole host until the time
-//     the server named (unless a named quota the response reports spent
-//     until then explains it: then that quota's routes wait, and only
-//     they): every request to it, from every goroutine, waits
-//     for the same moment, and is then let go at the rate the host was
-//     measured to accept, or spread over at most a second, rather than
-//     in one burst. 429s teach the host's rate, and the host is paced
-//     just under it; once the host has shown that it refuses only the
-//     excess, a 429's Retry-After slows that pace instead of pausing
-//     the host (docs/rate-limits.md). One pause lasts at most
-//     o.MaxPause (a minute).
-//   - A wait that cannot end before the request's deadline or o.MaxWait
-//     is not started: RoundTrip returns at once an error matching
-//     [ratelimit.ErrQuotaExhausted], a [*ratelimit.QuotaError] that says
-//     when the quota resets and that [Retry] does not retry.
-//   - A request that never reached the server (refused by an open
-//     [Breaker] beneath, invalid, a failed dial, a context ended before it
-//     was sent) uses no quota: its reservation is cancelled.
+//     the server named. Every request to it, from every goroutine, waits
+//     for that moment. Then they go at the rate the host was measured to
+//     accept, or spread over at most a second. When the response reports a
+//     named quota spent until then, only that quota's routes wait.
+//   - 429s teach the host's rate, and the host is paced just under it.
+//     Once the host has shown that it refuses only the excess, a 429's
+//     Retry-After slows that pace instead of pausing the host. One pause
+//     lasts at most o.MaxPause (a minute by default).
+//   - A wait that cannot end before the request's deadline or o.MaxWait is
+//     not started. RoundTrip returns at once a [*ratelimit.QuotaError]
+//     that matches [ratelimit.ErrQuotaExhausted] and says when the quota
+//     resets. [Retry] does not retry it.
+//   - A request that never reached the server uses no quota: its
+//     reservation is cancelled. That is a request refused by a [Breaker]
+//     beneath, an invalid one, a failed dial, or a context ended before it
+//     was sent.
 //
-// Place it inside [Retry]: each attempt is a request the server counts,
-// and each must wait its turn. Responses are handed back unchanged,
-// whatever their status.
+// Place it inside [Retry], since each attempt is a request the server
+// counts. Responses are handed back unchanged, whatever their status. See
+// docs/rate-limits.md in the repository for the reasons.
 func RateLimitAware(o ratelimit.Options) Middleware {
 	return func(next http.RoundTripper) http.RoundTripper {
 		return newRateLimiter(next, ratelimit.NewTracker(o))
 	}
 }
 
-// RateLimitTracker is [RateLimitAware] with a tracker the caller owns, so
-// that several clients (or stacks) calling the same API share one view of
-// its quota, and the caller can read it with [ratelimit.Tracker.Quota].
+// RateLimitTracker is [RateLimitAware] with a tracker the caller owns.
+// Several clients or stacks that call the same API can share one view of
+// its quota. The caller reads it with [ratelimit.Tracker.Quota].
 func RateLimitTracker(t *ratelimit.Tracker) Middleware {
 	return func(next http.RoundTripper) http.RoundTripper {
 		return newRateLimiter(next, t)

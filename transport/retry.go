@@ -21,41 +21,38 @@ import (
 // body is closed unread, which costs a new connection.
 const drainLimit = 256 << 10
 
-// Retry retries failed attempts as policy p says. [policy.Retry.Next]
-// decides each step: which outcomes are retried, how long to wait, and
-// why an operation stops. Retry carries the decisions out.
+// Retry returns a middleware that retries failed attempts as p says.
+// [policy.Retry.Next] decides each step, and Retry carries it out.
 //
-// A request is sent again only when that is safe: its method is
-// idempotent, it carries an idempotency key, or the outcome proves the
-// server did not act on it (no connection, a 429, x-should-retry: true).
-// Attempts of other requests carry no GetBody, so that net/http never
-// replays them after an HTTP/2 PROTOCOL_ERROR reset, which proves
-// nothing. Its safe replays Retry makes itself: after an outcome that
-// proves the server did not process the request ([policy.NotProcessed]:
-// REFUSED_STREAM, a stream above a graceful GOAWAY's last one, an idle
-// connection the server closed), it sends the request again at once.
-// Such a resend is free, as net/http's would be: it does not count
-// against MaxAttempts, waits for no backoff and spends no budget. At most
-// 3 are made per operation; with MaxAttempts 1, only a body that is
-// empty or has GetBody goes again.
+// A request is sent again only when that is safe. Its method is idempotent,
+// or it carries an idempotency key. Otherwise the outcome must prove that the
+// server did not act on it: no connection, a 429, x-should-retry: true.
+// Attempts of other requests carry no GetBody, so that net/http cannot
+// replay them.
 //
-// A request that cannot be sent as written is the caller's error: it
-// fails at once and is never retried.
+// After an outcome that proves the server did not process the request
+// ([policy.NotProcessed]), Retry sends it again at once. Such a resend is
+// free: no backoff, no budget, and it does not count against MaxAttempts. At
+// most 3 are made per operation. With MaxAttempts 1, only a body that is empty
+// or has GetBody goes again.
 //
-// Every attempt is a copy of the caller's request, which is never
-// modified. Bodies are replayed byte for byte, through GetBody or from
-// the bytes kept as the first attempt sends them (up to
-// p.MaxBufferedBody); a longer body is sent once.
+// A request that cannot be sent as written is the caller's error. It fails at
+// once and is never retried.
 //
-// Waits draw on the context's deadline. Retry stops at once, rather
-// than wait only to fail, when the wait would end past the deadline or
-// when a [Breaker] or [RateLimitAware] beneath would still refuse the
-// next attempt. A failed attempt's body is drained and closed first.
+// Every attempt is a copy of the caller's request, which is never modified.
+// Bodies are replayed byte for byte, through GetBody or from the bytes kept as
+// the first attempt sends them. A body longer than p.MaxBufferedBody is sent
+// once.
 //
-// When retries end on a response, Retry returns it with a nil error, as
-// a RoundTripper must; [OperationOf] tells how many attempts were made
-// and why they stopped. When they end on an error, it is a
-// [*RetryError]. See docs/design.md for the reasons behind each rule.
+// Waits draw on the context's deadline. Retry stops at once, rather than wait
+// only to fail, when the wait would end past the deadline. It also stops when
+// a [Breaker] or [RateLimitAware] beneath would refuse the next attempt. A
+// failed attempt's body is drained and closed first.
+//
+// When retries end on a response, Retry returns it with a nil error.
+// [OperationOf] tells how many attempts were made and why they stopped. When
+// retries end on an error, it is a [*RetryError]. See docs/design.md in the
+// repository for the reasons behind each rule.
 func Retry(p policy.Retry) Middleware {
 	return retryMiddleware(p, budgetOf(p.Budget))
 }
@@ -102,11 +99,11 @@ type retrier struct {
 
 func (t *retrier) CloseIdleConnections() { closeIdle(t.next) }
 
-// RetryError is the error of an operation that [Retry] ended on an
-// error: how many attempts were made (0 when the request could not be
-// sent as written), why no further attempt was, and the last attempt's
-// error, which it wraps. Find it with errors.As through
-// [http.Client]'s *url.Error.
+// RetryError is the error of an operation that [Retry] ended on an error.
+// It says how many attempts were made and why no further one was. Attempts
+// is 0 when nothing was sent: the request could not be sent as written, or
+// a layer beneath refused it. It wraps the last attempt's error. Find it
+// with errors.As through [http.Client]'s *url.Error.
 type RetryError struct {
 	Attempts int           // attempts made
 	Reason   policy.Reason // why no further attempt was made
@@ -116,11 +113,11 @@ type RetryError struct {
 	Refusal error
 }
 
-// Error says what ended the operation, in one format: "transport:
-// giving up after 2 attempts (retry budget spent): <last error>", or
-// "transport: not sent (circuit open): <refusal>" when nothing was sent.
-// When a layer beneath would refuse the next attempt, it names that
-// refusal instead of the last error.
+// Error says what ended the operation, in one format: "transport: giving up
+// after 2 attempts (retry budget spent): <last error>". When nothing was sent,
+// it reads "transport: not sent (circuit open): <refusal>". When a layer
+// beneath would refuse the next attempt, the message ends with that refusal
+// instead of the last error.
 func (e *RetryError) Error() string {
 	var b strings.Builder
 	b.WriteString("transport: ")
@@ -151,10 +148,9 @@ func (e *RetryError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the last attempt's error and, when there is one, the
-// refusal that ended the operation, so that errors.Is(err,
-// [ErrCircuitOpen]) and errors.Is(err, context.DeadlineExceeded) answer
-// for both.
+// Unwrap returns the last attempt's error and the refusal that ended the
+// operation, if any. So errors.Is(err, [ErrCircuitOpen]) and errors.Is(err,
+// context.DeadlineExceeded) answer for both.
 func (e *RetryError) Unwrap() []error {
 	if e.Refusal != nil {
 		return []error{e.Refusal, e.Err}
@@ -173,11 +169,11 @@ var errNilResponse = errors.New("transport: RoundTripper returned a nil *Respons
 
 type attemptKey struct{}
 
-// AttemptFromContext returns the number of the attempt that a request
-// belongs to, as set by [Retry] on its requests' contexts: 1 for the
-// first attempt (and for requests that did not pass through Retry), 2 for
-// the first retry, and so on. RoundTrippers beneath Retry, such as an
-// SDK's logging transport, and hooks can use it.
+// AttemptFromContext returns the number of the attempt a request belongs
+// to, as [Retry] sets it. The first attempt is 1, the first retry 2, and so
+// on. It returns 1 for a request that did not pass through Retry.
+// RoundTrippers beneath Retry and hooks can use it, such as an SDK's logging
+// transport.
 func AttemptFromContext(ctx context.Context) int {
 	if n, ok := ctx.Value(attemptKey{}).(int); ok {
 		return n

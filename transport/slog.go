@@ -41,17 +41,19 @@ const (
 	msgThrottle        = "sturdy: throttle"
 )
 
-// SlogHooks returns hooks that log every event of the stack to l: attempts
-// and canceled hedge copies at Debug; retries, rate-limit waits, hedges
-// and their wins at Info; give-ups, rate-limit rejections, throttled
-// requests and breakers opening at Warn; other breaker changes at Info.
-// A nil l means [slog.Default]. An event at a level that l does not
-// enable costs only the enabled check.
+// SlogHooks returns hooks that log every event of the stack to l. A nil l
+// means [slog.Default]. The levels are:
 //
-// The messages and attribute keys are stable: dashboards and alerts may
-// rely on them. Request attributes follow OpenTelemetry's semantic
-// conventions; the URL's query is never logged, as it may carry
-// credentials.
+//   - Debug: attempts and canceled hedge copies.
+//   - Info: retries, rate-limit waits, hedges and their wins, and breaker
+//     changes other than opening.
+//   - Warn: give-ups, rate-limit rejections, throttled requests and breakers
+//     opening.
+//
+// An event at a level that l does not enable costs only the enabled check.
+// The messages and attribute keys are stable: dashboards and alerts may rely
+// on them. Request attributes follow OpenTelemetry's semantic conventions.
+// The URL's query is never logged, as it may carry credentials.
 //
 //	message                          attributes
 //	"sturdy: attempt"                sturdy.attempt (1 for the first), http.response.status_code or error, sturdy.duration
@@ -65,8 +67,8 @@ const (
 //	"sturdy: copy canceled"          sturdy.hedge.copy, sturdy.hedge.elapsed
 //	"sturdy: throttle"               sturdy.key, sturdy.throttle.probability
 //
-// Events of a request also carry http.request.method, server.address
-// (the request's host and port) and url.path.
+// Events of a request also carry http.request.method, url.path and
+// server.address, the request's host and port.
 //
 //	transport.New(transport.Options{Hooks: transport.SlogHooks(logger)})
 func SlogHooks(l *slog.Logger) Hooks {

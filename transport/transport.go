@@ -6,23 +6,22 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/hosts"
 )
 
-// Middleware wraps a RoundTripper with one concern (a deadline, retries, a
-// circuit breaker, ...). Middlewares compose with [Chain].
+// Middleware wraps a RoundTripper with one concern, such as a deadline,
+// retries or a circuit breaker. Middlewares compose with [Chain].
 type Middleware func(next http.RoundTripper) http.RoundTripper
 
 // Func is an adapter to allow the use of ordinary functions as
-// RoundTrippers, the way [http.HandlerFunc] does for handlers. If f is a
-// function with the appropriate signature, Func(f) is a RoundTripper that
-// calls f.
+// RoundTrippers, as [http.HandlerFunc] is for handlers. If f is a function
+// with the appropriate signature, Func(f) is a RoundTripper that calls f.
 type Func func(*http.Request) (*http.Response, error)
 
 // RoundTrip calls f(r).
 func (f Func) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// Chain stacks mws around base, mws[0] outermost: a request passes through
-// mws[0], then mws[1], ..., then base. A nil base means
-// [http.DefaultTransport]. Nil middlewares are skipped, so a layer can be
-// switched off by leaving it out or passing nil.
+// Chain stacks mws around base, mws[0] outermost. A request passes through
+// mws[0], then mws[1], and so on, then base. A nil base means
+// [http.DefaultTransport]. Nil middlewares are skipped, so passing nil
+// switches a layer off.
 func Chain(base http.RoundTripper, mws ...Middleware) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -58,11 +57,11 @@ func closeIdle(rt http.RoundTripper) {
 	}
 }
 
-// HostKey returns the key that per-host state (breakers, quotas, retry
-// budgets) is kept under: the request URL's scheme and host, lowercased,
-// with the port when it is not the scheme's default, as in
-// "https://api.example.com" (for "https://API.example.com:443/v1") or
-// "http://localhost:8080".
+// HostKey returns the key that per-host state is kept under: breakers,
+// quotas and retry budgets. It is the request URL's scheme and host,
+// lowercased, with the port unless it is the scheme's default. So
+// "https://API.example.com:443/v1" gives "https://api.example.com", and
+// "http://localhost:8080/" gives "http://localhost:8080".
 func HostKey(r *http.Request) string {
 	if r.URL == nil {
 		return ""
