@@ -316,17 +316,23 @@ func (c *boundCtx) watch() {
 }
 
 func (c *boundCtx) Value(key any) any {
-	switch key {
-	case stackKey{}:
+	// A type switch first: the keys sturdy asks for on every request
+	// cost a compare of type words, not a call to compare interfaces.
+	switch key.(type) {
+	case stackKey:
 		if c.ownsStack {
 			return &c.b.stack
 		}
-	case opBreakersKey{}:
+		return c.parent.Value(key)
+	case opBreakersKey:
 		if c.ownsStack {
 			return &c.breakers
 		}
-	case boundCtxKey{}:
+		return c.parent.Value(key)
+	case boundCtxKey:
 		return c
+	}
+	switch key {
 	case cancelCtxKey:
 		c.Err() // ends the context if its deadline passed unseen
 		switch k := c.ended(); k {

@@ -74,7 +74,7 @@ func (s *stack) refusedAt(req *http.Request, at time.Time) error {
 
 // hedgeRefusedAt is refusedAt for a hedge: a copy beside one sent
 // already, which a breaker that is not closed refuses (see
-// [Breakers.hedgeRefusedAt]).
+// Breakers.hedgeRefusedAt).
 func (s *stack) hedgeRefusedAt(req *http.Request, at time.Time) error {
 	if s == nil {
 		return nil
@@ -189,14 +189,14 @@ type recordCtx struct {
 type opRecordKey struct{}
 
 func (c *recordCtx) Value(key any) any {
-	switch key {
-	case opRecordKey{}:
+	switch key.(type) { // a type switch: see boundCtx.Value
+	case opRecordKey:
 		return &c.rec
-	case stackKey{}:
+	case stackKey:
 		if c.rec.stack != nil {
 			return c.rec.stack
 		}
-	case opBreakersKey{}:
+	case opBreakersKey:
 		if c.rec.stack != nil {
 			return &c.rec.breakers
 		}
@@ -260,10 +260,10 @@ type stackCtx struct {
 }
 
 func (c *stackCtx) Value(key any) any {
-	switch key {
-	case stackKey{}:
+	switch key.(type) { // a type switch: see boundCtx.Value
+	case stackKey:
 		return c.s
-	case opBreakersKey{}:
+	case opBreakersKey:
 		return &c.breakers
 	}
 	return c.Context.Value(key)
