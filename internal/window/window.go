@@ -27,25 +27,20 @@ const (
 	stampMask = 1<<stampBits - 1
 )
 
-// ring is the arithmetic of the rule: which bucket a time falls in, and
-// which stamps a window holds.
-type ring struct {
-	width int64  // ticks are times divided by width, rounded down
-	n     uint64 // buckets in the ring
-}
-
-// at returns the stamp of now's tick and the index of its bucket.
-func (r ring) at(now int64) (stamp, i uint64) {
-	t := now / r.width
-	if now < 0 && now%r.width != 0 {
+// at is the arithmetic of the rule: it returns the stamp of the tick of
+// now (now divided by width, rounded down) and the index of its bucket
+// in a ring of n.
+func at(now, width int64, n uint64) (stamp, i uint64) {
+	t := now / width
+	if now < 0 && now%width != 0 {
 		t-- // floor, for times before the epoch
 	}
-	return uint64(t) & stampMask, uint64(t) % r.n
+	return uint64(t) & stampMask, uint64(t) % n
 }
 
-// live reports whether a bucket stamped s is in the window that ends at
-// the tick stamped cur.
-func (r ring) live(cur, s uint64) bool { return (cur-s)&stampMask < r.n }
+// live reports whether a bucket stamped s is in the window of n buckets
+// that ends at the tick stamped cur.
+func live(cur, s, n uint64) bool { return (cur-s)&stampMask < n }
 
 // Counter counts events of two kinds, A and B, over the last Buckets
 // bucket widths. The zero value is not usable: call [Counter.Init]. It is
@@ -53,17 +48,17 @@ func (r ring) live(cur, s uint64) bool { return (cur-s)&stampMask < r.n }
 // reads ten. Counts are exact up to 1,048,575 events of a kind per bucket
 // and stop there.
 type Counter struct {
-	r       ring
+	width   int64 // bucket width, in the unit of the times given
 	buckets [Buckets]atomic.Uint64
 }
 
 // Init sets the bucket width: the window is Buckets × width long, in
 // the unit of the times given to Add and Sum (nanoseconds, usually). A
 // width under 1 means 1.
-func (c *Counter) Init(width int64) { c.r = ring{width: max(1, width), n: Buckets} }
+func (c *Counter) Init(width int64) { c.width = max(1, width) }
 
 // Width returns the bucket width.
-func (c *Counter) Width() int64 { return c.r.width }
+func (c *Counter) Width() int64 { return c.width }
 
 func pack(stamp, a, b uint64) uint64 { return stamp<<(2*countBits) | a<<countBits | b }
 
@@ -73,7 +68,7 @@ func unpack(w uint64) (stamp, a, b uint64) {
 
 // Add counts a events of kind A and b of kind B at now.
 func (c *Counter) Add(now int64, a, b uint64) {
-	stamp, i := c.r.at(now)
+	stamp, i := at(now, c.width, Buckets)
 	bk := &c.buckets[i]
 	for {
 		w := bk.Load()
@@ -93,7 +88,7 @@ func (c *Counter) Add(now int64, a, b uint64) {
 // reports whether it did. The check and the count are one step: events
 // counted concurrently at now are never both admitted past allow.
 func (c *Counter) AddIf(now int64, a, b uint64, allow func(a, b uint64) bool) bool {
-	stamp, i := c.r.at(now)
+	stamp, i := at(now, c.width, Buckets)
 	bk := &c.buckets[i]
 	for {
 		w := bk.Load()
@@ -115,7 +110,7 @@ func (c *Counter) AddIf(now int64, a, b uint64, allow func(a, b uint64) bool) bo
 
 // Sum returns the counts of the window that ends at now.
 func (c *Counter) Sum(now int64) (a, b uint64) {
-	stamp, _ := c.r.at(now)
+	stamp, _ := at(now, c.width, Buckets)
 	return c.sumExcept(stamp, nil)
 }
 
@@ -127,7 +122,7 @@ func (c *Counter) sumExcept(stamp uint64, skip *atomic.Uint64) (a, b uint64) {
 			continue
 		}
 		s, ca, cb := unpack(c.buckets[i].Load())
-		if (ca != 0 || cb != 0) && c.r.live(stamp, s) {
+		if (ca != 0 || cb != 0) && live(stamp, s, Buckets) {
 			a += ca
 			b += cb
 		}
@@ -149,7 +144,7 @@ func (c *Counter) Reset() {
 // event that races with its bucket's restart may be lost, which a
 // histogram of thousands of samples does not notice.
 type Histogram struct {
-	r      ring
+	width  int64 // bucket width, in ticks
 	kinds  int
 	stamps []atomic.Uint64 // one per bucket of the ring
 	counts []atomic.Uint64 // bucket i's counts are [i×kinds, (i+1)×kinds)
@@ -159,7 +154,7 @@ type Histogram struct {
 // width ticks wide. A width under 1 means 1; n under 1 means 1.
 func (h *Histogram) Init(kinds int, width int64, n int) {
 	n = max(1, n)
-	h.r = ring{width: max(1, width), n: uint64(n)}
+	h.width = max(1, width)
 	h.kinds = kinds
 	h.stamps = make([]atomic.Uint64, n)
 	h.counts = make([]atomic.Uint64, n*kinds)
@@ -167,7 +162,7 @@ func (h *Histogram) Init(kinds int, width int64, n int) {
 
 // Add counts one event of kind k at now.
 func (h *Histogram) Add(now int64, k int) {
-	stamp, i := h.r.at(now)
+	stamp, i := at(now, h.width, uint64(len(h.stamps)))
 	if s := h.stamps[i].Load(); s != stamp && h.stamps[i].CompareAndSwap(s, stamp) {
 		for j := range h.counts[int(i)*h.kinds : int(i+1)*h.kinds] { // a bucket of an earlier turn
 			h.counts[int(i)*h.kinds+j].Store(0)
@@ -179,9 +174,9 @@ func (h *Histogram) Add(now int64, k int) {
 // Sum adds the counts of the window that ends at now to into, which
 // holds one count per kind, and returns their total.
 func (h *Histogram) Sum(now int64, into []uint64) (total uint64) {
-	stamp, _ := h.r.at(now)
+	stamp, _ := at(now, h.width, uint64(len(h.stamps)))
 	for i := range h.stamps {
-		if !h.r.live(stamp, h.stamps[i].Load()) {
+		if !live(stamp, h.stamps[i].Load(), uint64(len(h.stamps))) {
 			continue
 		}
 		counts := h.counts[i*h.kinds : (i+1)*h.kinds]
