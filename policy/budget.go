@@ -148,42 +148,45 @@ func keyOf(key string) hosts.Key {
 
 // Request counts one operation (a first attempt) to host key at now.
 func (b *Budget) Request(key string, now time.Time) {
-	b.request(b.hosts().Get(keyOf(key)), now)
-}
-
-// RequestURL is [Budget.Request] for u's host: its scheme and host,
-// lowercased, without the scheme's default port, as transport.HostKey
-// names it.
-func (b *Budget) RequestURL(u *url.URL, now time.Time) {
-	b.request(b.hosts().GetURL(u), now)
+	b.request(b.hosts().Get(keyOf(key)), now.UnixNano())
 }
 
 // Retry reports whether a retry to host key at now fits in the budget,
 // and counts it if so. A host the budget cannot track (every tracked
 // host busy) is not held back.
 func (b *Budget) Retry(key string, now time.Time) bool {
-	return b.retry(b.hosts().Get(keyOf(key)), now)
+	return b.retry(b.hosts().Get(keyOf(key)), now.UnixNano())
 }
 
-// RetryURL is [Budget.Retry] for u's host, as [Budget.RequestURL] names it.
-func (b *Budget) RetryURL(u *url.URL, now time.Time) bool {
-	return b.retry(b.hosts().GetURL(u), now)
+// RequestURL is [Budget.Request] for the host of u, named as
+// transport.HostKey names it, at unixNano (as [time.Time.UnixNano]
+// gives it). A caller that keeps a monotonic clock of its own, as
+// package transport does, counts without building a time.Time.
+func (b *Budget) RequestURL(u *url.URL, unixNano int64) {
+	b.request(b.hosts().GetURL(u), unixNano)
 }
 
-// request counts an operation in a host's window c; nil c counts none.
-func (b *Budget) request(c *window.Counter, now time.Time) {
+// RetryURL is [Budget.Retry] for the host of u at unixNano, as
+// [Budget.RequestURL] takes them.
+func (b *Budget) RetryURL(u *url.URL, unixNano int64) bool {
+	return b.retry(b.hosts().GetURL(u), unixNano)
+}
+
+// request counts an operation at now in a host's window c; a nil c, an
+// untracked host, counts none.
+func (b *Budget) request(c *window.Counter, now int64) {
 	if c != nil {
-		c.Add(now.UnixNano(), 1, 0)
+		c.Add(now, 1, 0)
 	}
 }
 
-// retry decides a retry with Allows, and counts it, in one step on a
-// host's window c; a nil c, an untracked host, is not held back.
-func (b *Budget) retry(c *window.Counter, now time.Time) bool {
+// retry decides a retry at now with Allows, and counts it, in one step
+// on a host's window c; a nil c, an untracked host, is not held back.
+func (b *Budget) retry(c *window.Counter, now int64) bool {
 	if c == nil {
 		return true
 	}
-	return c.AddIf(now.UnixNano(), 0, 1, func(ops, retries uint64) bool { return b.Allows(int(ops), int(retries)) })
+	return c.AddIf(now, 0, 1, func(ops, retries uint64) bool { return b.Allows(int(ops), int(retries)) })
 }
 
 // Hosts reports how many hosts the budget tracks.
