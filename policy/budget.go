@@ -119,11 +119,7 @@ func (b *Budget) firstUse() *hosts.Slot[window.Counter] {
 // when reg is nil or has no slot left, that a host's traffic is kept in.
 func (b *Budget) newSlot(reg *hosts.Registry) *hosts.Slot[window.Counter] {
 	width := int64(b.BucketWidth())
-	newCounter := func(hosts.Key) *window.Counter {
-		c := new(window.Counter)
-		c.Init(width)
-		return c
-	}
+	newCounter := func(hosts.Key) *window.Counter { return window.NewCounter(width) }
 	if reg != nil {
 		if slot := hosts.NewSlot(reg, newCounter, nil); slot != nil {
 			return slot

@@ -41,12 +41,13 @@ const (
 // learned is its time to first event, which is what its hedges are timed to.
 //
 // Each host's sketch is a histogram of 105 log-linear buckets (25% wide,
-// 1 µs to 134 s, and one above) in the module's one sliding window, whose
-// clock is the count of samples: two halves of Window samples each, the
-// older dropped when the newer is full, so the quantile covers the last
-// Window to 2×Window samples. Recording a sample is two atomic adds;
-// reading the quantile is an atomic load (it is recomputed every 16
-// samples); there is no lock on either path. A quantile is the upper edge of its bucket, so it errs long: a
+// 1 µs to 134 s, and one above). It is kept in the module's one sliding
+// window, whose clock here is the count of samples. The window has two
+// halves of Window samples; the older is dropped when the newer is full.
+// So the quantile covers the last Window to 2×Window samples. Recording
+// a sample is two atomic adds and a load; reading the quantile is one
+// load (it is recomputed every 16 samples). There is no lock on either
+// path. A quantile is the upper edge of its bucket, so it errs long: a
 // hedge delay never undercuts the true quantile by more than rounding.
 // A quantile above 134 s, in the last bucket, which has no upper edge,
 // is not reported: Delay says that nothing is known, and the request is

@@ -68,11 +68,7 @@ func (t *Throttle) host(key string) *window.Counter {
 	t.once.Do(func() {
 		width := int64(t.window() / window.Buckets)
 		reg := hosts.New(hosts.Options{MaxHosts: t.MaxHosts, IdleTimeout: 2 * t.window()})
-		t.slot = hosts.NewSlot(reg, func(hosts.Key) *window.Counter {
-			c := new(window.Counter)
-			c.Init(width)
-			return c
-		}, nil)
+		t.slot = hosts.NewSlot(reg, func(hosts.Key) *window.Counter { return window.NewCounter(width) }, nil)
 	})
 	return t.slot.Get(hosts.Custom(key))
 }

@@ -1,13 +1,13 @@
-// Package window is the module's one sliding window: it counts events
-// over the last few ticks of a clock, without a lock. A tick is a time
-// cut into bucket widths (the breaker, the retry budget, the throttle)
-// or a count of samples cut into generations (the latency histogram).
+// Package window is the module's one sliding window, which counts events
+// without a lock. The breaker, the retry budget and the throttle count
+// over time; the latency histogram counts over a number of samples.
 //
-// Every window here follows one rule. Tick t writes to bucket t mod n of
-// a ring of n buckets, and stamps it with t. A bucket stamped with
-// another tick is from an earlier turn of the ring: it reads as empty,
-// and the next write restarts it. The window that ends at tick t sums
-// the buckets stamped t−n+1 to t.
+// Every window here follows one rule. A tick is a time (or a sample
+// number) divided by the bucket width. Tick t writes to bucket t mod n
+// of a ring of n buckets, and stamps it with t. A bucket stamped with
+// another tick is left from an earlier turn of the ring. It reads as
+// empty, and the next write restarts it. The window that ends at tick t
+// sums the buckets stamped t−n+1 to t.
 package window
 
 import "sync/atomic"
@@ -16,10 +16,9 @@ import "sync/atomic"
 // a tenth of a window at a time.
 const Buckets = 10
 
-// A Counter bucket is one word: the bucket's stamp (its tick modulo
-// 2^24) and two 20-bit counts, which stop at maxCount rather than wrap.
-// A [Histogram] generation keeps its stamp, modulo 2^24 too, in a word
-// of its own.
+// A Counter bucket is one word: its stamp (the tick modulo 2^24) and
+// two 20-bit counts, which stop at maxCount rather than wrap. A
+// [Histogram] bucket keeps its stamp, modulo 2^24 too, in a word apart.
 const (
 	countBits = 20
 	maxCount  = 1<<countBits - 1
@@ -56,6 +55,13 @@ type Counter struct {
 // the unit of the times given to Add and Sum (nanoseconds, usually). A
 // width under 1 means 1.
 func (c *Counter) Init(width int64) { c.width = max(1, width) }
+
+// NewCounter returns a Counter whose buckets are width wide.
+func NewCounter(width int64) *Counter {
+	c := new(Counter)
+	c.Init(width)
+	return c
+}
 
 // Width returns the bucket width.
 func (c *Counter) Width() int64 { return c.width }
@@ -137,12 +143,12 @@ func (c *Counter) Reset() {
 	}
 }
 
-// Histogram counts events of many kinds (the buckets of a latency
-// histogram) over the last few ticks. The zero value is not usable:
-// call [Histogram.Init]. It is safe for concurrent use without a lock:
-// Add is one atomic add, and an atomic load of the bucket's stamp. An
-// event that races with its bucket's restart may be lost, which a
-// histogram of thousands of samples does not notice.
+// Histogram counts events of many kinds, such as a latency histogram's
+// buckets, over a ring of n buckets. The zero value is not usable: call
+// [Histogram.Init]. It is safe for concurrent use without a lock. Add
+// loads the bucket's stamp and adds to one count, both atomically. An
+// event that races with its bucket's restart may be lost: a histogram
+// of a thousand samples does not notice.
 type Histogram struct {
 	width  int64 // bucket width, in ticks
 	kinds  int
