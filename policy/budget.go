@@ -90,11 +90,10 @@ func (b *Budget) BucketWidth() time.Duration {
 }
 
 // NewBudgetOn returns a Budget with b's settings that keeps its hosts in
-// reg, the registry a stack built by transport.New shares among its
-// layers, so that one bound and one eviction rule cover breakers, quotas
-// and retry budgets alike. A nil reg, the only value a package outside
-// this module can pass, gives the Budget a registry of its own, as the
-// zero Budget has.
+// reg. transport.New passes the registry its layers share, so that one
+// bound and one eviction rule cover breakers, quotas and budgets. A nil
+// reg, the only value a package outside this module can pass, gives the
+// Budget a registry of its own, as the zero Budget has.
 func NewBudgetOn(b *Budget, reg *hosts.Registry) *Budget {
 	nb := &Budget{Ratio: b.Ratio, MinRetries: b.MinRetries, Window: b.Window, MaxHosts: b.MaxHosts}
 	nb.once.Do(func() { nb.slot.Store(nb.newSlot(reg)) })
