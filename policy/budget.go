@@ -2,7 +2,10 @@ package policy
 
 import (
 	"math"
+	"net/url"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/internal/hosts"
@@ -32,7 +35,8 @@ const (
 // must not be copied after first use. It is safe for concurrent use by
 // multiple goroutines and meant to be shared by every [Retry] that talks
 // to the same hosts. transport.New keeps the budget of each host beside
-// its breaker and its quota; a Budget set in Retry.Budget keeps its own.
+// its breaker and its quota ([NewBudgetOn]); a Budget set in
+// Retry.Budget keeps its own.
 type Budget struct {
 	// Ratio is how many retries each operation earns: 0.2 allows one
 	// retry for every five operations. Zero means [DefaultBudgetRatio];
@@ -49,7 +53,7 @@ type Budget struct {
 	MaxHosts int
 
 	once sync.Once
-	slot *hosts.Slot[window.Counter] // A: operations, B: retries
+	slot atomic.Pointer[hosts.Slot[window.Counter]] // A: operations, B: retries
 }
 
 // Allows reports whether one more retry fits in a budget that saw ops
@@ -85,48 +89,102 @@ func (b *Budget) BucketWidth() time.Duration {
 	return max(1, w/window.Buckets) // a Window under 10ns still has buckets
 }
 
-func (b *Budget) host(key string) *window.Counter {
-	b.init()
-	return b.slot.Get(hosts.Custom(key))
+// NewBudgetOn returns a Budget with b's settings that keeps its hosts in
+// reg. transport.New passes the registry its layers share, so that one
+// bound and one eviction rule cover breakers, quotas and budgets. A nil
+// reg, the only value a package outside this module can pass, gives the
+// Budget a registry of its own, as the zero Budget has.
+func NewBudgetOn(b *Budget, reg *hosts.Registry) *Budget {
+	nb := &Budget{Ratio: b.Ratio, MinRetries: b.MinRetries, Window: b.Window, MaxHosts: b.MaxHosts}
+	nb.once.Do(func() { nb.slot.Store(nb.newSlot(reg)) })
+	return nb
 }
 
-// init makes the registry the budget keeps its hosts in, on first use.
-func (b *Budget) init() {
-	b.once.Do(func() {
-		maxHosts := b.MaxHosts
-		if maxHosts <= 0 {
-			maxHosts = DefaultBudgetMaxHosts
+// hosts returns the slot the budget keeps its hosts' traffic in, made on
+// first use.
+func (b *Budget) hosts() *hosts.Slot[window.Counter] {
+	if s := b.slot.Load(); s != nil {
+		return s
+	}
+	return b.firstUse()
+}
+
+func (b *Budget) firstUse() *hosts.Slot[window.Counter] {
+	b.once.Do(func() { b.slot.Store(b.newSlot(nil)) })
+	return b.slot.Load()
+}
+
+// newSlot returns the slot of reg, or of a registry of the budget's own
+// when reg is nil or has no slot left, that a host's traffic is kept in.
+func (b *Budget) newSlot(reg *hosts.Registry) *hosts.Slot[window.Counter] {
+	width := int64(b.BucketWidth())
+	newCounter := func(hosts.Key) *window.Counter { return window.NewCounter(width) }
+	if reg != nil {
+		if slot := hosts.NewSlot(reg, newCounter, nil); slot != nil {
+			return slot
 		}
-		width := int64(b.BucketWidth())
-		reg := hosts.New(hosts.Options{MaxHosts: maxHosts, IdleTimeout: time.Duration(width) * window.Buckets})
-		b.slot = hosts.NewSlot(reg, func(hosts.Key) *window.Counter {
-			c := new(window.Counter)
-			c.Init(width)
-			return c
-		}, nil)
-	})
+	}
+	maxHosts := b.MaxHosts
+	if maxHosts <= 0 {
+		maxHosts = DefaultBudgetMaxHosts
+	}
+	reg = hosts.New(hosts.Options{MaxHosts: maxHosts, IdleTimeout: time.Duration(width) * window.Buckets})
+	return hosts.NewSlot(reg, newCounter, nil)
+}
+
+// keyOf returns the registry key of host key: a host key of package
+// transport ("https://api.example.com") is the key of its URL's host.
+func keyOf(key string) hosts.Key {
+	if scheme, host, ok := strings.Cut(key, "://"); ok {
+		return hosts.Key{Scheme: scheme, Host: host}
+	}
+	return hosts.Custom(key)
 }
 
 // Request counts one operation (a first attempt) to host key at now.
 func (b *Budget) Request(key string, now time.Time) {
-	if c := b.host(key); c != nil {
-		c.Add(now.UnixNano(), 1, 0)
-	}
+	b.request(b.hosts().Get(keyOf(key)), now.UnixNano())
 }
 
 // Retry reports whether a retry to host key at now fits in the budget,
 // and counts it if so. A host the budget cannot track (every tracked
 // host busy) is not held back.
 func (b *Budget) Retry(key string, now time.Time) bool {
-	c := b.host(key)
+	return b.retry(b.hosts().Get(keyOf(key)), now.UnixNano())
+}
+
+// RequestURL is [Budget.Request] for the host of u, named as
+// transport.HostKey names it, at unixNano (as [time.Time.UnixNano]
+// gives it). A caller that keeps a monotonic clock of its own, as
+// package transport does, counts without building a time.Time.
+func (b *Budget) RequestURL(u *url.URL, unixNano int64) {
+	b.request(b.hosts().GetURL(u), unixNano)
+}
+
+// RetryURL is [Budget.Retry] for the host of u at unixNano, as
+// [Budget.RequestURL] takes them.
+func (b *Budget) RetryURL(u *url.URL, unixNano int64) bool {
+	return b.retry(b.hosts().GetURL(u), unixNano)
+}
+
+// request counts an operation at now in a host's window c; a nil c, an
+// untracked host, counts none.
+func (b *Budget) request(c *window.Counter, now int64) {
+	if c != nil {
+		c.Add(now, 1, 0)
+	}
+}
+
+// retry decides a retry at now with Allows, and counts it, in one step
+// on a host's window c; a nil c, an untracked host, is not held back.
+func (b *Budget) retry(c *window.Counter, now int64) bool {
 	if c == nil {
 		return true
 	}
-	return c.AddIf(now.UnixNano(), 0, 1, func(ops, retries uint64) bool { return b.Allows(int(ops), int(retries)) })
+	return c.AddIf(now, 0, 1, func(ops, retries uint64) bool { return b.Allows(int(ops), int(retries)) })
 }
 
 // Hosts reports how many hosts the budget tracks.
 func (b *Budget) Hosts() int {
-	b.init()
-	return b.slot.Registry().Len()
+	return b.hosts().Registry().Len()
 }

@@ -3,9 +3,12 @@ package policy
 import (
 	"fmt"
 	"math"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sturdyhttp/sturdy/internal/hosts"
 )
 
 func TestBudgetAllFailing(t *testing.T) {
@@ -249,5 +252,78 @@ func TestBudgetInfRatioRetryAfterOperationLeftWindow(t *testing.T) {
 	b.Request("h", now)
 	if got, want := b.Retry("h", now.Add(15*time.Second)), true; got != want {
 		t.Errorf("Retry 15s after the operation began = %v, want %v", got, want)
+	}
+}
+
+// TestBudgetURLIsHostKey: a host counted by URL is the host of the same
+// key string (transport.HostKey's "scheme://host"), so that a Budget
+// shared by a stack and by its caller keeps one count per host.
+func TestBudgetURLIsHostKey(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		url, key string
+	}{
+		{"https://api.example.com/v1", "https://api.example.com"},
+		{"HTTPS://API.example.com:443/v1", "https://api.example.com"},
+		{"http://api.example.com:8080/", "http://api.example.com:8080"},
+	}
+	for _, tt := range tests {
+		b := &Budget{MinRetries: 1, Ratio: 1}
+		u, err := url.Parse(tt.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.RequestURL(u, now.UnixNano()) // earns one retry beyond the floor of 1
+		for i, want := range []bool{true, true, false} {
+			var got bool
+			if i%2 == 0 {
+				got = b.Retry(tt.key, now)
+			} else {
+				got = b.RetryURL(u, now.UnixNano())
+			}
+			if got != want {
+				t.Errorf("%s: retry %d = %v, want %v", tt.url, i+1, got, want)
+			}
+		}
+		if got := b.Hosts(); got != 1 {
+			t.Errorf("%s: Hosts = %d, want 1", tt.url, got)
+		}
+	}
+}
+
+// TestNewBudgetOn: the budget keeps b's settings and its hosts in the
+// registry given, or in one of its own.
+func TestNewBudgetOn(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	settings := &Budget{MinRetries: 2, Ratio: 1e-9, Window: time.Second}
+	reg := hosts.New(hosts.Options{})
+	for _, tt := range []struct {
+		name      string
+		reg       *hosts.Registry
+		wantInReg int // hosts it adds to reg
+	}{
+		{"in the registry given", reg, 1},
+		{"nil: a registry of its own", nil, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := reg.Len()
+			b := NewBudgetOn(settings, tt.reg)
+			var got []bool
+			for range 3 {
+				got = append(got, b.Retry("h", now))
+			}
+			if want := []bool{true, true, false}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("retries = %v, want %v (MinRetries 2)", got, want)
+			}
+			if !b.Retry("h", now.Add(time.Second)) {
+				t.Error("retry refused a Window later, want the window forgotten")
+			}
+			if got := reg.Len() - before; got != tt.wantInReg {
+				t.Errorf("hosts in the registry given = %d, want %d", got, tt.wantInReg)
+			}
+			if got := settings.Hosts(); got != 0 {
+				t.Errorf("hosts of the settings' Budget = %d, want 0 (untouched)", got)
+			}
+		})
 	}
 }

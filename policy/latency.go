@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sturdyhttp/sturdy/internal/hosts"
+	"github.com/sturdyhttp/sturdy/internal/window"
 )
 
 // Defaults of [Latencies], used where a field is zero.
@@ -39,12 +40,13 @@ const (
 // package transport hands back at its first content event, the latency
 // learned is its time to first event, which is what its hedges are timed to.
 //
-// Each host's sketch is a pair of fixed histograms of 105 log-linear
-// buckets (25% wide, 1 µs to 134 s, and one above): samples go to the current one, and
-// when it holds Window samples the older one is cleared and becomes
-// current, so the quantile covers the last Window to 2×Window samples.
-// Recording a sample is an atomic add; reading the quantile is an atomic
-// load (it is recomputed every 16 samples); there is no lock on either
+// Each host's sketch is a histogram of 105 log-linear buckets (25% wide,
+// 1 µs to 134 s, and one above). It is kept in the module's one sliding
+// window, whose clock here is the count of samples. The window has two
+// halves of Window samples; the older is dropped when the newer is full.
+// So the quantile covers the last Window to 2×Window samples. Recording
+// a sample is two atomic adds and a load; reading the quantile is one
+// load (it is recomputed every 16 samples). There is no lock on either
 // path. A quantile is the upper edge of its bucket, so it errs long: a
 // hedge delay never undercuts the true quantile by more than rounding.
 // A quantile above 134 s, in the last bucket, which has no upper edge,
@@ -75,10 +77,9 @@ type Latencies struct {
 }
 
 type sketch struct {
-	cur      atomic.Int32 // index of the current histogram
-	n        [2]atomic.Int64
-	hist     [2][latencyBucket]atomic.Int64
-	quantile atomic.Int64 // nanoseconds; 0 until MinSamples are known
+	samples  atomic.Int64     // samples recorded: the window's clock
+	hist     window.Histogram // two halves, Window samples wide
+	quantile atomic.Int64     // nanoseconds; 0 until MinSamples are known
 }
 
 func (l *Latencies) init() {
@@ -88,7 +89,12 @@ func (l *Latencies) init() {
 			max = DefaultLatencyMaxHosts
 		}
 		reg := hosts.New(hosts.Options{MaxHosts: max})
-		l.slot = hosts.NewSlot(reg, func(hosts.Key) *sketch { return new(sketch) }, nil)
+		width := int64(l.window())
+		l.slot = hosts.NewSlot(reg, func(hosts.Key) *sketch {
+			s := new(sketch)
+			s.hist.Init(latencyBucket, width, 2)
+			return s
+		}, nil)
 	})
 }
 
@@ -99,24 +105,14 @@ func (l *Latencies) Observe(key string, d time.Duration) {
 	if s == nil { // the registry is full of hosts it cannot drop
 		return
 	}
-	i := s.cur.Load()
-	s.hist[i][bucketOf(d)].Add(1)
-	n := s.n[i].Add(1)
-	window := int64(l.Window)
-	if window <= 0 {
-		window = DefaultLatencyWindow
-	}
-	if n == window && s.cur.CompareAndSwap(i, 1-i) {
-		// The older half becomes current: clear it first. A sample that
-		// races into it during the swap is kept, which is harmless.
-		o := 1 - i
-		for b := range s.hist[o] {
-			s.hist[o][b].Store(0)
-		}
-		s.n[o].Store(0)
-	}
-	if n%recomputeEvery == 0 || n == window || n == int64(l.minSamples()) {
-		s.quantile.Store(int64(s.compute(l.quantile(), l.minSamples())))
+	seq := s.samples.Add(1) - 1 // this sample's number, from 0
+	s.hist.Add(seq, bucketOf(d))
+	// The half that seq fell in holds n samples; when it is full, the
+	// window from the next sample on holds it alone.
+	half := int64(l.window())
+	n := seq%half + 1
+	if n%recomputeEvery == 0 || n == half || n == int64(l.minSamples()) {
+		s.quantile.Store(int64(s.compute(seq+1, l.quantile(), l.minSamples())))
 	}
 }
 
@@ -138,6 +134,13 @@ func (l *Latencies) Hosts() int {
 	return l.slot.Registry().Len()
 }
 
+func (l *Latencies) window() int {
+	if l.Window <= 0 {
+		return DefaultLatencyWindow
+	}
+	return l.Window
+}
+
 func (l *Latencies) quantile() float64 {
 	if l.Quantile <= 0 || l.Quantile >= 1 || math.IsNaN(l.Quantile) {
 		return DefaultLatencyQuantile
@@ -152,25 +155,18 @@ func (l *Latencies) minSamples() int {
 	return l.MinSamples
 }
 
-// compute returns the q-quantile of both halves, as the upper edge of its
-// bucket, or 0 with fewer than min samples.
-func (s *sketch) compute(q float64, min int) time.Duration {
-	var counts [latencyBucket]int64
-	var total int64
-	for h := range s.hist {
-		for b := range counts {
-			c := s.hist[h][b].Load()
-			counts[b] += c
-			total += c
-		}
-	}
+// compute returns the q-quantile of the window that ends at sample now,
+// as the upper edge of its bucket, or 0 with fewer than min samples.
+func (s *sketch) compute(now int64, q float64, min int) time.Duration {
+	var counts [latencyBucket]uint64
+	total := int64(s.hist.Sum(now, counts[:]))
 	if total < int64(min) || total == 0 {
 		return 0
 	}
 	rank := int64(math.Ceil(q * float64(total)))
 	var seen int64
 	for b, c := range counts[:latencyBucket-1] {
-		seen += c
+		seen += int64(c)
 		if seen >= rank {
 			return bucketUpper(b)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sturdyhttp/sturdy/internal/hosts"
+	"github.com/sturdyhttp/sturdy/internal/window"
 )
 
 // Defaults of [Throttle], used where a field is zero.
@@ -15,10 +16,6 @@ const (
 	DefaultThrottleWindow      = 30 * time.Second
 	DefaultThrottleMinRequests = 20
 )
-
-// throttleSlots is how many slots the window is cut into: the throttle
-// forgets traffic one slot at a time.
-const throttleSlots = 10
 
 // Throttle is the client-side adaptive throttle of Google's SRE book
 // ("Handling Overload"): each client counts, per host and over a sliding
@@ -37,6 +34,10 @@ const throttleSlots = 10
 // What "accepted" means is up to the caller of [Throttle.Record]: the
 // transport's Throttle counts a response under 500 other than 429 as
 // accepted, and 429, 5xx, timeouts and network errors as not.
+//
+// A host's traffic is counted in a sliding window of ten buckets, a tenth
+// of Window each (the module's one window, as the breaker and [Budget]
+// count theirs), exact up to 1,048,575 requests per bucket.
 //
 // The zero value is ready to use with the documented defaults; a
 // Throttle must not be copied after first use. It is safe for concurrent
@@ -60,20 +61,14 @@ type Throttle struct {
 	MaxHosts int
 
 	once sync.Once
-	slot *hosts.Slot[throttleHost]
+	slot *hosts.Slot[window.Counter] // A: requests, B: accepts
 }
 
-type throttleHost struct {
-	mu       sync.Mutex
-	slot     int64 // index of the newest slot
-	requests [throttleSlots]int64
-	accepts  [throttleSlots]int64
-}
-
-func (t *Throttle) host(key string) *throttleHost {
+func (t *Throttle) host(key string) *window.Counter {
 	t.once.Do(func() {
+		width := int64(t.window() / window.Buckets)
 		reg := hosts.New(hosts.Options{MaxHosts: t.MaxHosts, IdleTimeout: 2 * t.window()})
-		t.slot = hosts.NewSlot(reg, func(hosts.Key) *throttleHost { return new(throttleHost) }, nil)
+		t.slot = hosts.NewSlot(reg, func(hosts.Key) *window.Counter { return window.NewCounter(width) }, nil)
 	})
 	return t.slot.Get(hosts.Custom(key))
 }
@@ -83,11 +78,6 @@ func (t *Throttle) window() time.Duration {
 		return DefaultThrottleWindow
 	}
 	return t.Window
-}
-
-func (t *Throttle) slotAt(now time.Time) int64 {
-	width := max(1, int64(t.window()/throttleSlots))
-	return now.UnixNano() / width
 }
 
 // Allow reports whether a request to host key may be sent at now, and the
@@ -100,42 +90,28 @@ func (t *Throttle) Allow(key string, now time.Time) (bool, float64) {
 
 // allow is Allow with the random draw given, in [0, 1).
 func (t *Throttle) allow(key string, now time.Time, draw float64) (bool, float64) {
-	h := t.host(key)
-	if h == nil { // the registry is full: no state, no throttling
+	c := t.host(key)
+	if c == nil { // the registry is full: no state, no throttling
 		return true, 0
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	i := h.advance(t.slotAt(now))
-	var requests, accepts int64
-	for j := range throttleSlots {
-		requests += h.requests[j]
-		accepts += h.accepts[j]
-	}
-	p := t.probability(requests, accepts)
-	if draw < p {
-		h.requests[i]++
-		return false, p
-	}
-	return true, p
+	var p float64
+	// A rejection counts as a request, in one step with the decision.
+	rejected := c.AddIf(now.UnixNano(), 1, 0, func(requests, accepts uint64) bool {
+		p = t.probability(int64(requests), int64(accepts))
+		return draw < p
+	})
+	return !rejected, p
 }
 
 // Probability returns the probability with which a request to host key
 // would be rejected at now.
 func (t *Throttle) Probability(key string, now time.Time) float64 {
-	h := t.host(key)
-	if h == nil {
+	c := t.host(key)
+	if c == nil {
 		return 0
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.advance(t.slotAt(now))
-	var requests, accepts int64
-	for j := range throttleSlots {
-		requests += h.requests[j]
-		accepts += h.accepts[j]
-	}
-	return t.probability(requests, accepts)
+	requests, accepts := c.Sum(now.UnixNano())
+	return t.probability(int64(requests), int64(accepts))
 }
 
 func (t *Throttle) probability(requests, accepts int64) float64 {
@@ -158,40 +134,13 @@ func (t *Throttle) probability(requests, accepts int64) float64 {
 // it or failed. A request that never reached the server (canceled by the
 // caller, refused by a breaker) should not be recorded at all.
 func (t *Throttle) Record(key string, now time.Time, accepted bool) {
-	h := t.host(key)
-	if h == nil {
+	c := t.host(key)
+	if c == nil {
 		return
 	}
-	h.mu.Lock()
-	i := h.advance(t.slotAt(now))
-	h.requests[i]++
+	var accepts uint64
 	if accepted {
-		h.accepts[i]++
+		accepts = 1
 	}
-	h.mu.Unlock()
-}
-
-// advance moves the ring to slot s, clearing the slots it passes, and
-// returns the index of slot s (of the newest slot for an s older than the
-// window, as after the clock stepped back).
-func (h *throttleHost) advance(s int64) int {
-	if s > h.slot {
-		for k := h.slot + 1; k <= s && k <= h.slot+throttleSlots; k++ {
-			h.requests[throttleRing(k)] = 0
-			h.accepts[throttleRing(k)] = 0
-		}
-		h.slot = s
-	}
-	if s < h.slot-throttleSlots+1 {
-		s = h.slot
-	}
-	return throttleRing(s)
-}
-
-func throttleRing(s int64) int {
-	i := s % throttleSlots
-	if i < 0 {
-		i += throttleSlots
-	}
-	return int(i)
+	c.Add(now.UnixNano(), 1, accepts)
 }

@@ -83,7 +83,7 @@ func TestThrottleWindow(t *testing.T) {
 		{9 * time.Second, true},
 		{10 * time.Second, false},
 		{time.Hour, false},
-		{-time.Hour, false}, // a clock step back counts in the newest slot
+		{-time.Hour, false}, // a clock step back: a separate window, empty
 	}
 	for _, tt := range tests {
 		if got := th.Probability("h", start.Add(tt.at)) > 0; got != tt.want {

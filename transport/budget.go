@@ -5,13 +5,12 @@ import (
 	"time"
 
 	"github.com/sturdyhttp/sturdy/internal/hosts"
-	"github.com/sturdyhttp/sturdy/internal/window"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
-// retryBudget is the per-host retry budget that [Retry] draws on: the
-// caller's own [policy.Budget], or the one [New] keeps in its per-host
-// registry.
+// retryBudget is the per-host retry budget that [Retry] and [Hedge] draw
+// on: a [policy.Budget], which counts and decides; this is only its
+// wiring to requests and to the bounds' clock.
 //
 // Times are readings of the bounds' clock ([clockNow]), which a bound
 // above has read already when the operation began: counting an
@@ -24,61 +23,30 @@ type retryBudget interface {
 	retry(u *url.URL, now time.Duration) bool
 }
 
-// budgetOf returns b as a retryBudget; nil when b is nil.
+// budgetOf returns b as a retryBudget; nil when b is nil. Two results of
+// one b are equal.
 func budgetOf(b *policy.Budget) retryBudget {
 	if b == nil {
 		return nil
 	}
-	return ownBudget{b}
-}
-
-// ownBudget is a [policy.Budget] that keeps its own hosts, keyed as the
-// registry keys them.
-type ownBudget struct{ b *policy.Budget }
-
-func (o ownBudget) request(u *url.URL, now time.Duration) {
-	o.b.Request(hosts.KeyOf(u).String(), clockTime(now))
-}
-
-func (o ownBudget) retry(u *url.URL, now time.Duration) bool {
-	return o.b.Retry(hosts.KeyOf(u).String(), clockTime(now))
-}
-
-// sharedBudget keeps the traffic of each host in a slot of the stack's
-// registry, beside the host's breaker and quota, and decides with a
-// [policy.Budget]'s settings. Its windows run on the bounds' clock.
-type sharedBudget struct {
-	b    *policy.Budget
-	slot *hosts.Slot[window.Counter] // A: operations, B: retries
+	return budget{b}
 }
 
 // newSharedBudget returns a budget with b's settings whose hosts live in
-// reg; nil when reg has no slot left.
+// reg, beside each host's breaker and quota.
 func newSharedBudget(b *policy.Budget, reg *hosts.Registry) retryBudget {
-	width := int64(b.BucketWidth())
-	slot := hosts.NewSlot(reg, func(hosts.Key) *window.Counter {
-		c := new(window.Counter)
-		c.Init(width)
-		return c
-	}, nil)
-	if slot == nil {
-		return budgetOf(b)
-	}
-	return &sharedBudget{b: b, slot: slot}
+	return budgetOf(policy.NewBudgetOn(b, reg))
 }
 
-func (s *sharedBudget) request(u *url.URL, now time.Duration) {
-	if c := s.slot.GetURL(u); c != nil {
-		c.Add(int64(now), 1, 0)
-	}
-}
+type budget struct{ b *policy.Budget }
 
-func (s *sharedBudget) retry(u *url.URL, now time.Duration) bool {
-	c := s.slot.GetURL(u)
-	if c == nil {
-		return true
-	}
-	return c.AddIf(int64(now), 0, 1, func(ops, retries uint64) bool {
-		return s.b.Allows(int(ops), int(retries))
-	})
-}
+func (o budget) request(u *url.URL, now time.Duration) { o.b.RequestURL(u, unixNano(now)) }
+
+func (o budget) retry(u *url.URL, now time.Duration) bool { return o.b.RetryURL(u, unixNano(now)) }
+
+// clockBaseUnix is clockBase in Unix nanoseconds.
+var clockBaseUnix = clockBase.UnixNano()
+
+// unixNano returns clockTime(now).UnixNano() without building a
+// time.Time, which would cost the success path more than the count.
+func unixNano(now time.Duration) int64 { return clockBaseUnix + int64(now) }

@@ -102,3 +102,54 @@ func BenchmarkAdd(b *testing.B) {
 		}
 	})
 }
+
+// TestHistogramSlides: the histogram follows the counter's rule, with a
+// count of samples for a clock.
+func TestHistogramSlides(t *testing.T) {
+	var h Histogram
+	h.Init(3, 10, 2) // three kinds; a window of two buckets of 10 ticks
+	steps := []struct {
+		at   int64
+		add  int // kind added at at; -1 for none
+		want [3]uint64
+	}{
+		{at: 0, add: 0, want: [3]uint64{1, 0, 0}},
+		{at: 9, add: 2, want: [3]uint64{1, 0, 1}},
+		{at: 10, add: 1, want: [3]uint64{1, 1, 1}},    // the second bucket
+		{at: 19, add: -1, want: [3]uint64{1, 1, 1}},   // both still in the window
+		{at: 20, add: -1, want: [3]uint64{0, 1, 0}},   // bucket 0 (ticks 0-9) left it
+		{at: 20, add: 2, want: [3]uint64{0, 1, 1}},    // and is restarted by a write
+		{at: 35, add: -1, want: [3]uint64{0, 0, 1}},   // bucket 1 (ticks 10-19) left too
+		{at: 100, add: 1, want: [3]uint64{0, 1, 0}},   // far later: only the new event
+		{at: -5, add: 0, want: [3]uint64{1, 0, 0}},    // a clock step back: a separate window
+		{at: 100 + 1<<30, add: -1, want: [3]uint64{}}, // stamps wrap, old buckets do not come back
+	}
+	for i, s := range steps {
+		if s.add >= 0 {
+			h.Add(s.at, s.add)
+		}
+		var got [3]uint64
+		total := h.Sum(s.at, got[:])
+		if got != s.want || total != s.want[0]+s.want[1]+s.want[2] {
+			t.Errorf("step %d: Sum(%d) = %v, %d, want %v", i, s.at, got, total, s.want)
+		}
+	}
+}
+
+func TestHistogramConcurrentAddsInOneBucket(t *testing.T) {
+	var h Histogram
+	h.Init(4, 1<<40, 2)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				h.Add(7, (g+i)%4)
+			}
+		})
+	}
+	wg.Wait()
+	var got [4]uint64
+	if total := h.Sum(7, got[:]); total != 8000 || got != [4]uint64{2000, 2000, 2000, 2000} {
+		t.Errorf("Sum = %v, %d, want 2000 of each kind, 8000", got, total)
+	}
+}
