@@ -576,6 +576,12 @@ func watchConns(req *http.Request) (*connWatch, *http.Request) {
 	return w, &w.req
 }
 
+// AfterFunc arranges for f to run once the watched context is done: it
+// is the parent's, so that net/http, which derives a context of its own
+// from each request's, follows a bound's through its AfterFunc instead of
+// on a goroutine.
+func (w *connWatch) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(w.Context, f) }
+
 // Value answers httptrace's key with the watch's trace.
 func (w *connWatch) Value(key any) any {
 	if key == clientTraceKey && key != nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -270,4 +271,42 @@ func TestWithKeyOverAnEmptyHeader(t *testing.T) {
 			}
 		}
 	})
+}
+
+// An unvouched POST's attempts carry a context that watches their
+// connections. net/http derives a context of its own from each request's;
+// it follows the watch through the bound's AfterFunc, as it follows a
+// GET's, without a goroutine per attempt.
+func TestWatchedAttemptStartsNoGoroutine(t *testing.T) {
+	for _, method := range []string{"GET", "POST"} {
+		t.Run(method, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					<-release
+					io.WriteString(w, "ok")
+				}))
+				c := newStack(env, Options{})
+				done := make(chan error)
+				go func() {
+					req, _ := http.NewRequest(method, env.url+"/charge", strings.NewReader("amount=1"))
+					resp, err := c.Do(req)
+					if err == nil {
+						resp.Body.Close()
+					}
+					done <- err
+				}()
+				synctest.Wait() // the request waits at the server
+				buf := make([]byte, 1<<20)
+				stacks := string(buf[:runtime.Stack(buf, true)])
+				if n := strings.Count(stacks, "context.(*cancelCtx).propagateCancel"); n != 0 {
+					t.Errorf("%d goroutines follow a request's context; want 0", n)
+				}
+				close(release)
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
 }
