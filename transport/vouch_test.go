@@ -277,16 +277,36 @@ func TestWithKeyOverAnEmptyHeader(t *testing.T) {
 // connections. net/http derives a context of its own from each request's;
 // it follows the watch through the bound's AfterFunc, as it follows a
 // GET's, without a goroutine per attempt.
+// The same holds for a second attempt, whose context carries the
+// operation's record, and beneath a lone Retry, whose context carries a
+// stack of its own.
 func TestWatchedAttemptStartsNoGoroutine(t *testing.T) {
-	for _, method := range []string{"GET", "POST"} {
-		t.Run(method, func(t *testing.T) {
+	for _, tc := range []struct {
+		name, method string
+		stack        func(env *fakeEnv) *http.Client
+		failFirst    bool
+	}{
+		{"GET", "GET", func(env *fakeEnv) *http.Client { return newStack(env, Options{}) }, false},
+		{"POST", "POST", func(env *fakeEnv) *http.Client { return newStack(env, Options{}) }, false},
+		{"GET, second attempt", "GET", func(env *fakeEnv) *http.Client { return newStack(env, Options{}) }, true},
+		{"POST, lone Retry", "POST", func(env *fakeEnv) *http.Client {
+			return &http.Client{Transport: Chain(env.base, Retry(policy.Retry{}))}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method := tc.method
 			synctest.Test(t, func(t *testing.T) {
 				release := make(chan struct{})
+				var calls atomic.Int32
 				env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if calls.Add(1) == 1 && tc.failFirst {
+						w.WriteHeader(http.StatusServiceUnavailable)
+						return
+					}
 					<-release
 					io.WriteString(w, "ok")
 				}))
-				c := newStack(env, Options{})
+				c := tc.stack(env)
 				done := make(chan error)
 				go func() {
 					req, _ := http.NewRequest(method, env.url+"/charge", strings.NewReader("amount=1"))
