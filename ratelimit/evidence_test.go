@@ -260,3 +260,49 @@ func TestFirstBurst429CountsAsEvidence(t *testing.T) {
 		}
 	})
 }
+
+// A burst of 429s from a quota a second that is paced at its rate (a
+// fixed window refusing the requests beyond its count) answers one
+// excess: the pace is cut once, not once a 429.
+func TestRefillingQuota429sCutOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		u := "https://api.example.com/v1/items"
+		answer := func(status, remaining int) *http.Response {
+			now := time.Now()
+			return &http.Response{StatusCode: status, Header: hdr(
+				"Date", now.UTC().Format(http.TimeFormat),
+				"X-RateLimit-Limit", "20",
+				"X-RateLimit-Remaining", strconv.Itoa(remaining),
+				"X-RateLimit-Reset", strconv.FormatInt(now.Unix()+1, 10))}
+		}
+		send := func(status, remaining int) {
+			t.Helper()
+			res, err := tr.Reserve(newReq(t, nil, u))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Settle(answer(status, remaining))
+		}
+		time.Sleep(300 * time.Millisecond)
+		for range 15 { // 1.5 s: the window is guessed, the host paced
+			send(200, 10)
+			time.Sleep(100 * time.Millisecond)
+		}
+		for range 20 { // a second at the pace: the host accepts its rate
+			send(200, 1)
+		}
+		for range 5 {
+			send(429, 0)
+		}
+		time.Sleep(time.Second) // past the spent window
+		start := time.Now()
+		for range 10 {
+			send(200, 5)
+		}
+		rate := 20 * throttleBelow * throttleCut // one cut
+		if d, want := time.Since(start), time.Duration(10/rate*float64(time.Second)); d < want*9/10 || d > want*11/10 {
+			t.Errorf("ten requests took %v, want about %v (paced at 97%% of 20/s, cut once)", d, want)
+		}
+	})
+}

@@ -465,8 +465,21 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 	h.observe(now, sent, route, qs, status < 400)
 	if status == http.StatusTooManyRequests && v == VerdictNone && h.refilling(route) {
 		// A quota that refills by itself explains the 429 but holds
-		// nothing (see quotaState.refills): the 429 slows the pace.
-		h.thr.tooMany(now, sent, false)
+		// nothing (see quotaState.refills): the 429 slows the pace. The
+		// requests let through until the spent quota's reset (a second
+		// at most) meet the same excess: their 429s cut no further.
+		if h.thr.tooMany(now, sent, false) {
+			end := now
+			for _, q := range qs {
+				if q.Remaining == 0 && q.Reset.After(end) {
+					end = q.Reset
+				}
+			}
+			if capped := now.Add(maxOwnWait); end.After(capped) {
+				end = capped
+			}
+			h.thr.quiet = later(h.thr.quiet, end)
+		}
 	}
 	switch v {
 	case VerdictPause:
