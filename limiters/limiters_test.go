@@ -54,8 +54,12 @@ func rows() []row {
 				note:  "HAProxy counts refused requests, so the first burst keeps its window full for a second; the guess after it starts at 20/s (that burst's successes, sent before anything was known, are not counted) and climbs over seconds",
 				start: func(t *testing.T, up string) string { return startHAProxy(t, strings.TrimPrefix(up, "http://"), r) }},
 			row{limiter: "go-chi/httprate LimitAll (sliding window)", rate: r,
-				note:  "the first burst's 429s, before anything is known",
-				start: func(t *testing.T, up string) string { return startHTTPRate(t, r) }},
+				note: "the first burst's 429s, before anything is known",
+				// 88-96% in runs of the whole table: below three
+				// quarters is the regression (36% before its window was
+				// guessed from its resets).
+				minShare: 0.75,
+				start:    func(t *testing.T, up string) string { return startHTTPRate(t, r) }},
 			row{limiter: "GCRA in Redis, burst 5, IETF RateLimit", rate: r,
 				start: func(t *testing.T, up string) string { return startGCRA(t, r, 5) }},
 			row{limiter: "fixed window, X-RateLimit-Reset (GitHub)", rate: r,
