@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -145,6 +146,163 @@ func TestBare429PauseDoublesWhenStillRefused(t *testing.T) {
 				t.Errorf("pauses = %v, want %v", pauses, want)
 				break
 			}
+		}
+	})
+}
+
+// A quota that says no window (go-chi/httprate's X-RateLimit-*) and
+// whose reset, in Unix seconds, is never more than a second ahead for
+// longer than a second is a quota a second: the host is paced at 97% of
+// it, a spent count holds nobody to the reset, and a 429's Retry-After
+// cuts the pace rather than pause the host. A quota of a minute said the
+// same way is held to its reset as before.
+func TestShortWindowGuessedFromResets(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		window   int64 // seconds: the reset is the next multiple of it
+		wantHeld bool
+	}{
+		{"a second", 1, false},
+		{"a minute", 60, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr := NewTracker(Options{})
+				u := "https://api.example.com/v1/items"
+				answer := func(remaining int) *http.Response {
+					now := time.Now()
+					reset := (now.Unix()/tc.window + 1) * tc.window
+					return &http.Response{StatusCode: 200, Header: hdr(
+						"Date", now.UTC().Format(http.TimeFormat),
+						"X-RateLimit-Limit", "20",
+						"X-RateLimit-Remaining", strconv.Itoa(remaining),
+						"X-RateLimit-Reset", strconv.FormatInt(reset, 10))}
+				}
+				send := func(remaining int) time.Duration {
+					t.Helper()
+					start := time.Now()
+					res, err := tr.Reserve(newReq(t, nil, u))
+					if err != nil {
+						t.Fatal(err)
+					}
+					waited := time.Since(start)
+					res.Settle(answer(remaining))
+					return waited
+				}
+				time.Sleep(300 * time.Millisecond) // off the second
+				for range 15 {                     // 1.5 s at 10/s, quota left
+					send(10)
+					time.Sleep(100 * time.Millisecond)
+				}
+				send(0) // spent
+				waited := send(5)
+				if held := waited > 500*time.Millisecond; held != tc.wantHeld {
+					t.Errorf("the request after the spent answer waited %v; want held to the reset: %v", waited, tc.wantHeld)
+				}
+				if tc.wantHeld {
+					return
+				}
+				// Paced at 97% of 20/s: ten requests take about half a second.
+				start := time.Now()
+				for range 10 {
+					send(5)
+				}
+				rate := 20 * throttleBelow
+				if d, want := time.Since(start), time.Duration(10/rate*float64(time.Second)); d < want*8/10 || d > want*12/10 {
+					t.Errorf("ten requests took %v, want about %v (paced at 97%% of 20/s)", d, want)
+				}
+				// The client paces below the quota's rate: a 429 with
+				// Retry-After answers the excess, and the request that
+				// got it waits (Retry does), not the host.
+				res, err := tr.Reserve(newReq(t, nil, u))
+				if err != nil {
+					t.Fatal(err)
+				}
+				refused := answer(0)
+				refused.StatusCode = 429
+				refused.Header.Set("Retry-After", "1")
+				res.Settle(refused)
+				if _, p := tr.Paused(newReq(t, nil, u), time.Now()); p {
+					t.Error("after a 429 with Retry-After: the host is paused, want only its pace cut")
+				}
+			})
+		})
+	}
+}
+
+// A 429 with Retry-After to a request sent before the host had any
+// state (the first burst) still counts: a request let through after it
+// came back, and accepted, shows that the host refuses only the excess,
+// so the next such 429 slows the pace and pauses no one.
+func TestFirstBurst429CountsAsEvidence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		u := "https://api.example.com/v1/items"
+		tooMany := func() *http.Response { return &http.Response{StatusCode: 429, Header: hdr("Retry-After", "1")} }
+		first, err := tr.Reserve(newReq(t, nil, u)) // no state yet
+		if err != nil {
+			t.Fatal(err)
+		}
+		first.Settle(tooMany())
+		if _, p := tr.Paused(newReq(t, nil, u), time.Now()); !p {
+			t.Fatal("after the first 429: not paused, want the host paused for its Retry-After")
+		}
+		time.Sleep(time.Second)
+		for i, resp := range []*http.Response{{StatusCode: 200, Header: http.Header{}}, tooMany()} {
+			res, err := tr.Reserve(newReq(t, nil, u))
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			res.Settle(resp)
+		}
+		if _, p := tr.Paused(newReq(t, nil, u), time.Now()); p {
+			t.Error("after a success and a 429: paused, want the excess shown (the success went after the first 429) and no pause")
+		}
+	})
+}
+
+// A burst of 429s from a quota a second that is paced at its rate (a
+// fixed window refusing the requests beyond its count) answers one
+// excess: the pace is cut once, not once a 429.
+func TestRefillingQuota429sCutOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		u := "https://api.example.com/v1/items"
+		answer := func(status, remaining int) *http.Response {
+			now := time.Now()
+			return &http.Response{StatusCode: status, Header: hdr(
+				"Date", now.UTC().Format(http.TimeFormat),
+				"X-RateLimit-Limit", "20",
+				"X-RateLimit-Remaining", strconv.Itoa(remaining),
+				"X-RateLimit-Reset", strconv.FormatInt(now.Unix()+1, 10))}
+		}
+		send := func(status, remaining int) {
+			t.Helper()
+			res, err := tr.Reserve(newReq(t, nil, u))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Settle(answer(status, remaining))
+		}
+		time.Sleep(300 * time.Millisecond)
+		for range 15 { // 1.5 s: the window is guessed, the host paced
+			send(200, 10)
+			time.Sleep(100 * time.Millisecond)
+		}
+		for range 20 { // a second at the pace: the host accepts its rate
+			send(200, 1)
+		}
+		for range 5 {
+			send(429, 0)
+		}
+		time.Sleep(time.Second) // past the spent window
+		start := time.Now()
+		for range 10 {
+			send(200, 5)
+		}
+		rate := 20 * throttleBelow * throttleCut // one cut
+		if d, want := time.Since(start), time.Duration(10/rate*float64(time.Second)); d < want*9/10 || d > want*11/10 {
+			t.Errorf("ten requests took %v, want about %v (paced at 97%% of 20/s, cut once)", d, want)
 		}
 	})
 }

@@ -79,6 +79,10 @@ type quotaState struct {
 	// counts such probes refused in a row.
 	probe   bool
 	refused int
+	// span is the furthest ahead a reset was said to be, and spanFrom
+	// when the first reset was said: see rateWindow.
+	span     time.Duration
+	spanFrom time.Time
 	// holdFrom is when the hold of a reset further than maxPause began:
 	// the quota holds its routes until holdFrom+maxPause, then lets one
 	// request go to ask again.
@@ -95,7 +99,7 @@ type quotaState struct {
 // that rate after the last response; while it is out, the others look
 // again an interval later. A probe accepted shows the quota refills.
 func (q *quotaState) probeAt(now time.Time, excess bool) (time.Time, bool) {
-	w := q.window
+	w := q.rateWindow(now)
 	if w == 0 && excess && q.saidReset.Sub(q.saidAt) <= 2*time.Second {
 		// No window said, a reset a second or two away, on a host that
 		// refuses only the excess: a quota a second, counted as a
@@ -113,6 +117,22 @@ func (q *quotaState) probeAt(now time.Time, excess bool) (time.Time, bool) {
 	}
 	return at, true
 }
+
+// rateWindow returns the quota's window: the one the server said, or,
+// when it said none, a second or two guessed from its resets, and zero
+// when neither is known. A reset said always at most a second or two
+// ahead, for longer than that, is a window that short: a longer window
+// would have said a reset further ahead when it moved on.
+// (go-chi/httprate sends the next second's start, and no window.)
+func (q *quotaState) rateWindow(now time.Time) time.Duration {
+	if q.window > 0 || q.span <= 0 || q.span > maxGuessedWindow || now.Sub(q.spanFrom) <= max(q.span, time.Second) {
+		return q.window
+	}
+	return max(q.span.Round(time.Second), time.Second)
+}
+
+// maxGuessedWindow is the longest window rateWindow guesses from resets.
+const maxGuessedWindow = 2 * time.Second
 
 // probeRefusals is how many probes in a row a quota refuses before it
 // is taken for a fixed window, spent until its reset.
@@ -445,18 +465,34 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 	h.observe(now, sent, route, qs, status < 400)
 	if status == http.StatusTooManyRequests && v == VerdictNone && h.refilling(route) {
 		// A quota that refills by itself explains the 429 but holds
-		// nothing (see quotaState.refills): the 429 slows the pace.
-		h.thr.tooMany(now, sent, false)
+		// nothing (see quotaState.refills): the 429 slows the pace. The
+		// requests let through until the spent quota's reset (a second
+		// at most) meet the same excess: their 429s cut no further.
+		if h.thr.tooMany(now, sent, false) {
+			end := now
+			for _, q := range qs {
+				if q.Remaining == 0 && q.Reset.After(end) {
+					end = q.Reset
+				}
+			}
+			if capped := now.Add(maxOwnWait); end.After(capped) {
+				end = capped
+			}
+			h.thr.quiet = later(h.thr.quiet, end)
+		}
 	}
 	switch v {
 	case VerdictPause:
 		if status == http.StatusTooManyRequests {
-			h.refusedSent = later(h.refusedSent, sent)
-			if h.excessOnly(now) {
-				// The host refuses only the excess: the request that got
-				// the 429 waits its Retry-After (Retry does), and the
-				// others go on at a slower pace, unless a second such
-				// 429 in a row says the host means it.
+			// A request sent before the host had state went before
+			// its 429 came back, at the latest.
+			h.refusedSent = later(h.refusedSent, later(sent, now))
+			if h.excessOnly(now) || h.thr.measured() && h.refilling(route) {
+				// The host refuses only the excess (or the client paces
+				// below the rate of a quota that refills): the request
+				// that got the 429 waits its Retry-After (Retry does),
+				// and the others go on at a slower pace, unless a second
+				// such 429 in a row says the host means it.
 				was := h.thr.rate
 				if h.thr.tooMany(now, sent, false) {
 					if m, ok := h.thr.lastSecond(now); ok && was <= throttleNear*m {
@@ -505,7 +541,7 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 				// ends now; the pace learned from 429s holds the host.
 				h.excess, h.cutsInRow = now, 0
 				if now.Before(h.pause) && h.cause.status == http.StatusTooManyRequests {
-					h.pause = now
+					h.pause, h.thr.resumed = now, now
 					h.thr.pace.restart(now)
 				}
 			}
@@ -547,10 +583,20 @@ func (h *hostState) observe(now, sent time.Time, route string, qs []Quota, accep
 	for k, q := range qs {
 		i := h.slot(q)
 		h.quotas[i].update(q, now, sent, accepted)
-		if p := &h.quotas[i]; p.refills && p.limit > 0 && p.window > 0 && !p.tokens() {
+		if p := &h.quotas[i]; p.limit > 0 && !p.tokens() {
 			// Its own rate, limit a window, paces the host, as a rate
-			// measured from 429s would.
-			h.thr.adopt(now, float64(p.limit)/p.window.Seconds()*throttleBelow)
+			// measured from 429s would: a quota that refills, or one
+			// of a second or two guessed from its resets.
+			if w := p.rateWindow(now); w > 0 && (p.refills || p.window == 0) {
+				// A window of a second or two guessed from the resets is
+				// paced at its rate, not counted to its end: the pace
+				// keeps within it whether it slides or not, while a
+				// count spent early (a sliding window still counting the
+				// last second) would hold the host to a reset a second
+				// away.
+				p.refills = true
+				h.thr.adopt(now, float64(p.limit)/w.Seconds()*throttleBelow)
+			}
 		}
 		if q.Limit != Unknown && q.Window > 0 && !h.quotas[i].tokens() && (pace == nil || q.Window < pace.Window) {
 			pace = &qs[k]
@@ -620,6 +666,7 @@ func (h *hostState) setPause(now, until time.Time, status int, asked bool) {
 		h.cause.asked = c.asked // the server asks for longer still
 	}
 	h.thr.pace.restart(h.pause)
+	h.thr.resumed = h.pause
 }
 
 // wake wakes the requests waiting for news. h.mu is held.
@@ -692,6 +739,16 @@ func (q *quotaState) update(r Quota, now, sent time.Time, accepted bool) {
 		}
 		q.probe = false
 		q.said, q.saidAt, q.saidReset = r.Remaining, now, r.Reset
+		if !r.Reset.After(now) && q.reset.After(now) && q.reset.Sub(r.Reset) <= sameWindow {
+			// A reset in whole seconds at the Date's own second ends
+			// within this second: the state's reckoning of the window
+			// still runs (go-chi/httprate's reset rounds down).
+			q.saidReset = q.reset
+		}
+		if q.spanFrom.IsZero() {
+			q.spanFrom = now
+		}
+		q.span = max(q.span, r.Reset.Sub(now))
 	}
 	if r.Limit != Unknown {
 		q.limit = r.Limit

@@ -84,14 +84,18 @@ const (
 type throttle struct {
 	rate    float64 // requests a second; 0 when there is no cap
 	grow    uint8
-	plateau float64   // throttleBelow·the last measure; 0 when none
-	cut     time.Time // when a 429 last cut the rate
+	plateau float64 // throttleBelow·the last measure; 0 when none
+	// announced is the last rate adopted from the host's own word.
+	announced float64
+	cut       time.Time // when a 429 last cut the rate
 	// quiet is until when 429s of requests let through are taken for the
 	// tail of the excess that the last cut answered, and cut no further.
 	quiet   time.Time
 	set     time.Time // when the rate was last held at its plateau
 	last429 time.Time
 	pace    pacer
+	// resumed is when the last pause of the host ended (or ends).
+	resumed time.Time
 	drain   drain // successes since cut of requests sent before it
 	// oks are the times of the last successes, a ring; nok counts them
 	// all.
@@ -131,9 +135,17 @@ func (t *throttle) measured() bool { return t.rate > 0 && t.grow == growHeld }
 
 // lastSecond returns the successes a second over the last second, and
 // false with less than a second of history to measure on. (A shorter
-// span would count a limiter's burst as its rate.)
+// span would count a limiter's burst as its rate.) When a pause took
+// part of the second, the successes since it ended measure the host,
+// once half a second has passed: the pause measures nothing.
 func (t *throttle) lastSecond(now time.Time) (float64, bool) {
 	from := now.Add(-time.Second)
+	if t.resumed.After(from) {
+		if now.Sub(t.resumed) < time.Second/2 {
+			return 0, false
+		}
+		from = t.resumed
+	}
 	n := 0
 	for i := 1; i <= min(t.nok, okRing); i++ {
 		at := t.oks[(t.nok-i)%okRing]
@@ -192,8 +204,15 @@ func (t *throttle) success(now, sent time.Time) {
 }
 
 // adopt holds the rate at r, a rate the host announced: as a measure,
-// and without the probes above it, since the host says what it is.
+// and without the probes above it, since the host says what it is. A
+// rate announced for the first time (or changed) replaces one guessed
+// from 429s, lower or higher; a 429 after it cuts it as usual.
 func (t *throttle) adopt(now time.Time, r float64) {
+	if t.announced != r {
+		t.announced, t.plateau = r, r
+		t.hold(now)
+		return
+	}
 	if t.plateau != r || t.grow != growHeld {
 		t.plateau = r
 		if t.rate == 0 || t.rate > r || t.grow == growHeld {

@@ -228,3 +228,43 @@ func TestPacer(t *testing.T) {
 		}
 	}
 }
+
+// TestThrottleAdoptAndPausedSecond: a rate the host announces for the
+// first time replaces a lower one guessed from 429s; and a 429 within a
+// second of a pause's end does not cut the cap to the successes of that
+// second, which measure the pause, not the host.
+func TestThrottleAdoptAndPausedSecond(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		run  func(th *throttle)
+		want float64
+	}{
+		{"announced above a guess", func(th *throttle) {
+			th.tooMany(t0, t0, false) // a guess: DefaultReleaseRate
+			th.tooMany(t0.Add(time.Millisecond), t0.Add(time.Millisecond), false)
+			th.adopt(t0.Add(2*time.Millisecond), 97)
+		}, 97},
+		{"announced, then cut", func(th *throttle) {
+			th.adopt(t0, 97)
+			th.tooMany(t0.Add(time.Millisecond), t0.Add(time.Millisecond), false)
+			th.adopt(t0.Add(2*time.Millisecond), 97) // the same word: the cut stands
+		}, 97 * throttleCut},
+		{"a 429 just after a pause", func(th *throttle) {
+			for i := range 100 { // a second at 100/s
+				th.success(t0.Add(time.Duration(i)*10*time.Millisecond), time.Time{})
+			}
+			th.adopt(t0.Add(time.Second), 97)
+			th.resumed = t0.Add(2 * time.Second) // paused for a second
+			th.success(th.resumed.Add(time.Millisecond), th.resumed)
+			at := th.resumed.Add(5 * time.Millisecond)
+			th.tooMany(at, at, false)
+		}, 97 * throttleCut},
+	} {
+		var th throttle
+		tc.run(&th)
+		if math.Abs(th.rate-tc.want) > 0.01 {
+			t.Errorf("%s: rate %.2f, want %.2f", tc.name, th.rate, tc.want)
+		}
+	}
+}

@@ -48,14 +48,18 @@ import (
 //     A request whose budget ends before the server's own end fails at
 //     once, with an error that says what paused the host.
 //   - A host that has shown it refuses only the excess (it accepted a
-//     request let through after one it refused with Retry-After) is not
-//     paused by a 429's Retry-After: the request that got it waits it
+//     request let through after one it refused with Retry-After, or it
+//     reports a quota that refills at a rate the host is paced below) is
+//     not paused by a 429's Retry-After: the request that got it waits it
 //     out (transport.Retry does), and the others go on at a pace cut by
 //     a tenth, until two such 429s in a row say the host means it. A
 //     quota that refills by itself (its Remaining rose before its reset,
 //     or a probe sent at its rate before the reset was accepted) holds
 //     nothing; it paces the host at 97% of its rate when that is known.
-//     See docs/rate-limits.md for the evidence and the reasons.
+//     So does a quota that says no window but whose reset has never been
+//     more than a second or two ahead (go-chi/httprate): its window is
+//     taken to be that long. See docs/rate-limits.md for the evidence and
+//     the reasons.
 //   - 429s teach the host's rate. The requests in flight at a 429 that
 //     then succeed evenly spaced, as a limiter answers its queue
 //     (nginx's limit_req), measure the rate it accepts. The host is then
