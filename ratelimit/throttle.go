@@ -51,6 +51,9 @@ const (
 	// throttleEvenN is how many evenly spaced successes of requests in
 	// flight at a 429 measure a limiter's rate.
 	throttleEvenN = 4
+	// guessTail is how soon after a guess another 429 is taken for the
+	// tail of the release that the guess measured, not for the limit.
+	guessTail = 100 * time.Millisecond
 	// throttleForget is how long a cap that is not a measure lasts
 	// without a 429.
 	throttleForget = 10 * time.Second
@@ -264,7 +267,16 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 			// pace's queue lags a cap that rose).
 			r = min(r, m)
 		}
-		t.rate, t.grow = r*throttleCut, growAIMD
+		grow := uint8(growAIMD)
+		if t.grow == growGuess && now.Sub(t.cut) < guessTail {
+			// A guess cut again at once: the guess was what a pause and
+			// its release let through, not the host's limit, and this
+			// 429 is the tail of the same release. The cap keeps probing
+			// up as a guess does, or it would creep from far below the
+			// limit.
+			grow = growGuess
+		}
+		t.rate, t.grow = r*throttleCut, grow
 	}
 	t.rate = max(t.rate, minThrottleRate)
 	t.cut = now

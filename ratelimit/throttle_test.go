@@ -268,3 +268,49 @@ func TestThrottleAdoptAndPausedSecond(t *testing.T) {
 		}
 	}
 }
+
+// TestThrottleSecondCutWithinAGuessKeepsProbing: a guess made at a 429
+// is what the host let through in a second that a pause and its release
+// took, not its limit. A second 429 at once (within guessTail: the tail
+// of the same release) cuts it, and the cap keeps doubling at full use;
+// a later cut says the rate is near the limit, and it grows slowly from
+// there.
+func TestThrottleSecondCutWithinAGuessKeepsProbing(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name      string
+		secondCut time.Duration // after the guess
+		wantMin   float64       // the cap a second after the second cut, as a multiple of the cap it set
+		wantMax   float64
+	}{
+		{"second cut 50 ms after the guess", 50 * time.Millisecond, 1.5, math.Inf(1)},
+		{"second cut 300 ms after the guess", 300 * time.Millisecond, 1, 1.1},
+		{"second cut 1.5 s after the guess", 1500 * time.Millisecond, 1, 1.1},
+	} {
+		var th throttle
+		// A second of history at 20/s, then the guess.
+		for i := range 20 {
+			th.success(t0.Add(time.Duration(i)*50*time.Millisecond), time.Time{})
+		}
+		guess := t0.Add(time.Second)
+		th.tooMany(guess, guess, false)
+		now := guess
+		// Full use at the cap until the second cut.
+		for now.Before(guess.Add(tc.secondCut)) {
+			now = now.Add(time.Duration(float64(time.Second) / th.rate))
+			th.success(now, now)
+		}
+		cut := guess.Add(tc.secondCut)
+		if !th.tooMany(cut, cut, false) {
+			t.Fatalf("%s: the second 429 did not cut", tc.name)
+		}
+		r0 := th.rate
+		for now = cut; now.Before(cut.Add(time.Second)); {
+			now = now.Add(time.Duration(float64(time.Second) / th.rate))
+			th.success(now, now)
+		}
+		if got := th.rate / r0; got < tc.wantMin || got > tc.wantMax {
+			t.Errorf("%s: cap %.1f/s a second after the cut set it to %.1f/s (×%.2f), want ×%.1f to ×%v", tc.name, th.rate, r0, got, tc.wantMin, tc.wantMax)
+		}
+	}
+}
