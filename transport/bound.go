@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sturdyhttp/sturdy/policy"
 )
@@ -258,17 +259,23 @@ func (c *boundCtx) streamOf(resp *http.Response) bool {
 	return isStream(resp)
 }
 
-// judgedMedia records in req's context, when it is a bound's, that resp
-// is a stream or not, for the bound to read (streamOf); ct is resp's
-// streamMediaType.
+// judgedMedia records in req's context, when req is a bound's own
+// request, that resp is a stream or not, for the bound to read
+// (streamOf); ct is resp's streamMediaType. Only the bound's own request
+// records: one goroutine sends it at a time, and the bound reads what it
+// recorded once it returns. A copy of it (a foreign layer's clone, a
+// hedge's copy, an unvouched POST's watched attempt) records nothing, and
+// the bound reads the header itself.
 func judgedMedia(req *http.Request, resp *http.Response, ct string) {
-	ctx := req.Context()
-	if w, ok := ctx.(*connWatch); ok { // an unvouched POST's attempt
-		ctx = w.Context
-	}
-	if c, ok := ctx.(*boundCtx); ok {
+	if c, ok := req.Context().(*boundCtx); ok && c.owns(req) {
 		c.media, c.isStream = resp, isStreamType(ct)
 	}
+}
+
+// owns reports whether req is the request copy allocated with c, in
+// its boundOp. It compares addresses only, and reads nothing.
+func (c *boundCtx) owns(req *http.Request) bool {
+	return uintptr(unsafe.Pointer(c))+unsafe.Offsetof(boundOp{}.req) == uintptr(unsafe.Pointer(req))
 }
 
 // isStreamType reports whether ct, a streamMediaType, names a stream.

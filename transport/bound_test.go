@@ -321,11 +321,22 @@ func TestBoundStreamOfJudgedResponse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &boundCtx{parent: context.Background()}
-			req := (&http.Request{}).WithContext(c)
-			judgedMedia(req, tt.judged, streamMediaType(tt.judged))
+			op := &boundOp{}
+			c := &op.ctx
+			c.parent = context.Background()
+			op.req = *(&http.Request{}).WithContext(c)
+			judgedMedia(&op.req, tt.judged, streamMediaType(tt.judged))
 			if got := c.streamOf(tt.asked); got != tt.want {
 				t.Errorf("streamOf = %v, want %v", got, tt.want)
+			}
+			// A copy of the bound's request (a clone, a hedge's copy)
+			// records nothing: the bound reads the header itself.
+			other := &boundOp{}
+			other.ctx.parent = context.Background()
+			clone := (&http.Request{}).WithContext(&other.ctx)
+			judgedMedia(clone, tt.judged, streamMediaType(tt.judged))
+			if other.ctx.media != nil {
+				t.Errorf("a request not the bound's own recorded its response's media type")
 			}
 		})
 	}

@@ -273,7 +273,7 @@ func (c *boundCtx) errOf(k endKind) error {
 // context is not done yet, and no timer runs to end it because nothing
 // has waited for it.
 func (c *boundCtx) expiredLocked() bool {
-	return c.ended() == live && !c.watched && c.dlArmed && clockNow() >= c.due()
+	return c.ended() == live && !c.watched && c.dlArmed && c.ahead&aheadLapsed == 0 && clockNow() >= c.due()
 }
 
 // due returns the bound's own deadline on the clockNow scale
@@ -460,6 +460,13 @@ func (c *boundCtx) end(k endKind) bool {
 // watched it, so no timer ran), and returns the cut that ended it, if
 // any: what a failure is blamed on.
 func (c *boundCtx) settle() error {
+	c.mu.Lock()
+	lapsed := c.ahead&aheadLapsed != 0 && c.ended() == live
+	c.ahead &^= aheadLapsed
+	c.mu.Unlock()
+	if lapsed {
+		c.end(endDeadline) // a failure after the deadline lapsed is the deadline's
+	}
 	c.Err()
 	return c.cut()
 }
@@ -497,6 +504,9 @@ func (c *boundCtx) bodyStarts(keep, idle bool) {
 	if !keep {
 		c.dlArmed = false
 	}
+	// A deadline that lapsed while held (see releaseDeadline) cuts a body
+	// it bounds at once, and nothing else.
+	c.ahead &^= aheadLapsed
 	if idle {
 		c.idleArmed = true
 		c.seen = uint32(c.activity.Load())
@@ -518,7 +528,7 @@ func (c *boundCtx) rearmLocked(now time.Duration) {
 	if c.idleArmed {
 		next = c.b.tick
 	}
-	if c.dlArmed {
+	if c.dlArmed && c.ahead&aheadLapsed == 0 {
 		if d := c.due() - now; next < 0 || d < next {
 			next = max(d, 0)
 		}
@@ -545,7 +555,7 @@ func (c *boundCtx) tick() {
 	}
 	cut := live
 	switch {
-	case c.dlArmed && now >= c.due():
+	case c.dlArmed && c.ahead&aheadLapsed == 0 && now >= c.due():
 		cut = endDeadline
 	case c.idleArmed:
 		// Progress, or the caller is not waiting on the body. (The low

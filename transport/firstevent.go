@@ -251,9 +251,10 @@ func (a *aheadRead) fail(req *http.Request, resp *http.Response, status int, why
 
 // The bits of boundCtx.ahead.
 const (
-	aheadCount = 1<<6 - 1 // how many streams beneath read ahead
-	aheadHeld  = 1 << 6   // the deadline was armed when the first began, and is held off
-	aheadWon   = 1 << 7   // a stream was committed: the deadline stays off
+	aheadCount  = 1<<5 - 1 // how many streams beneath read ahead
+	aheadLapsed = 1 << 5   // the deadline passed while held: it is reported, and cuts only what Timeout bounds (see releaseDeadline)
+	aheadHeld   = 1 << 6   // the deadline was armed when the first began, and is held off
+	aheadWon    = 1 << 7   // a stream was committed: the deadline stays off
 )
 
 // holdDeadline holds off the deadline of the Timeout bound of [New] above
@@ -302,7 +303,15 @@ func (c *boundCtx) releaseDeadline(committed bool) {
 	c.ahead &^= aheadHeld
 	if c.ended() == live {
 		c.dlArmed = true
-		if c.watched {
+		if clockNow() >= c.due() {
+			// The deadline passed while streams held it off. It comes back
+			// for the layers above (Deadline reports it, so Retry sends
+			// nothing more), but it does not cut the context now: what
+			// is left to hand back is the last stream, which Timeout does
+			// not bound. bodyStarts cuts a body that Timeout bounds, and
+			// settle a failure.
+			c.ahead |= aheadLapsed
+		} else if c.watched {
 			c.rearmLocked(clockNow())
 		}
 	}

@@ -156,6 +156,17 @@ var neverDone = make(chan struct{})
 
 func (d *detachable) Done() <-chan struct{} { return neverDone }
 
+// Err is the parent's until d is detached; nil after.
+func (d *detachable) Err() error {
+	d.mu.Lock()
+	detached := d.detached
+	d.mu.Unlock()
+	if detached {
+		return nil
+	}
+	return d.Context.Err()
+}
+
 // Value answers HedgeCopyFromContext with the copy's number, and asks the
 // parent for any other key.
 func (d *detachable) Value(key any) any {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"sync/atomic"
 )
 
 // idleBody is a failed attempt's response body as [Retry] and [Hedge]
@@ -15,7 +16,19 @@ import (
 // and that closes the body when a Read has been blocked for IdleTimeout.
 // That Read and every later one fail with the IdleTimeout's
 // [*DeadlineError]; time between Reads is the reader's, and is never cut.
-type idleBody struct{ boundBody }
+type idleBody struct {
+	boundBody
+	closed atomic.Bool // rc was closed, by the cut or by Close
+}
+
+func (b *idleBody) Close() error {
+	var err error
+	if !b.closed.Swap(true) {
+		err = b.rc.Close()
+	}
+	b.c.release()
+	return err
+}
 
 // idleWatch is an idleBody and its context, in one allocation.
 type idleWatch struct {
@@ -42,10 +55,10 @@ func watchIdle(rc io.ReadCloser, b *bound) io.ReadCloser {
 	c.start(context.Background(), b, 0)
 	c.bodyStarts(false, true) // no deadline: the idle watch only
 	c.AfterFunc(func() {
-		if c.cut() != nil {
+		if c.cut() != nil && !w.body.closed.Swap(true) {
 			rc.Close() // ends a Read blocked on the connection
 		}
 	})
-	w.body = idleBody{boundBody{rc: rc, c: c}}
+	w.body.boundBody = boundBody{rc: rc, c: c}
 	return &w.body
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/policy"
@@ -125,7 +126,8 @@ type throttleOp struct {
 // carries the stack beneath when no layer above carries one.
 type throttleCtx struct {
 	context.Context
-	s *stack // nil when a layer above carries the stack
+	s        *stack                   // nil when a layer above carries the stack
+	breakers atomic.Pointer[Breakers] // the Breakers that judged the operation's last attempt, while s is set
 }
 
 type throttledKey struct{}
@@ -137,6 +139,10 @@ func (c *throttleCtx) Value(key any) any {
 	case stackKey{}:
 		if c.s != nil {
 			return c.s
+		}
+	case opBreakersKey{}:
+		if c.s != nil {
+			return &c.breakers
 		}
 	}
 	return c.Context.Value(key)
