@@ -187,18 +187,19 @@ func TestBreakerAboveThrottleCountsOverload(t *testing.T) {
 // operation whether a later attempt would be refused, not the first that
 // told the stack of itself. Sub-chain a's circuit is open; an operation
 // routed to b, whose circuit is closed, is retried there as it is through
-// b alone.
+// b alone. The failures are 500s, which a Breaker counts beneath a
+// Throttle too (it leaves 503s to the Throttle).
 func TestRetryAsksTheBreakersOfItsOwnRoute(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := httptestutil.NewNetwork()
 		var bCalls int
 		srv := n.Serve("api.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if strings.HasPrefix(r.URL.Path, "/a") {
-				w.WriteHeader(http.StatusServiceUnavailable)
+				w.WriteHeader(http.StatusInternalServerError)
 				return
 			}
 			if bCalls++; bCalls%2 == 1 { // every other call to b fails
-				w.WriteHeader(http.StatusServiceUnavailable)
+				w.WriteHeader(http.StatusInternalServerError)
 				return
 			}
 			io.WriteString(w, "ok")
@@ -228,6 +229,7 @@ func TestRetryAsksTheBreakersOfItsOwnRoute(t *testing.T) {
 			{"b alone", transport.Chain(breaker(5), retry)},
 			{"a Retry above a router", transport.Chain(router(breaker(1), breaker(5)), retry)},
 			{"beneath a Deadline that carries the operation", transport.Chain(router(breaker(1), breaker(5)), transport.Deadline(time.Minute), retry)},
+			{"beneath a Throttle that carries the operation", transport.Chain(router(breaker(1), breaker(5)), transport.Throttle(nil), retry)},
 		} {
 			bCalls = 0
 			if _, err := get(tc.rt, "/a"); err != nil && !errors.Is(err, transport.ErrCircuitOpen) {
@@ -240,8 +242,8 @@ func TestRetryAsksTheBreakersOfItsOwnRoute(t *testing.T) {
 		}
 		bCalls = 0
 		status, err := get(base, "/b") // the bare client, beside: one request, no retry
-		if err != nil || status != 503 {
-			t.Errorf("bare GET /b = %d, %v; want the 503", status, err)
+		if err != nil || status != 500 {
+			t.Errorf("bare GET /b = %d, %v; want the 500", status, err)
 		}
 	})
 }
