@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/sturdyhttp/sturdy/policy"
 )
@@ -40,40 +39,32 @@ const (
 type bound struct {
 	next    http.RoundTripper
 	mode    boundMode
-	d       time.Duration // the deadline; 0: none
-	idle    time.Duration // the idle limit; 0: none
-	tick    time.Duration // how often the idle watch looks: idle/8
-	readMax int64         // boundHeaders: read bodies up to this many bytes in the attempt (0: not unless asked per request)
-	dlErr   *DeadlineError
-	idleErr *DeadlineError
-	stack   stack // what the layers beneath learn of each other, when no layer above carries a stack
+	l       limits
+	readMax int64 // boundHeaders: read bodies up to this many bytes in the attempt (0: not unless asked per request)
 }
 
 func newBound(next http.RoundTripper, mode boundMode, d, idle time.Duration, name string, readMax int64) *bound {
-	b := &bound{next: next, mode: mode, d: max(d, 0), idle: max(idle, 0), readMax: readMax}
-	b.dlErr = &DeadlineError{Bound: name, Limit: b.d}
-	if b.idle > 0 {
-		b.tick = max(b.idle/8, time.Millisecond)
-		b.idleErr = &DeadlineError{Bound: boundIdle, Limit: b.idle}
-		if mode == boundOperation {
-			b.stack.idleCut.Store(b)
-		}
-	}
-	return b
+	return &bound{next: next, mode: mode, l: newLimits(d, idle, name), readMax: readMax}
 }
 
 func (t *bound) CloseIdleConnections() { closeIdle(t.next) }
 
-// boundOp is what a bound allocates per request, in one piece: the
-// context, the request copy that carries it and the response body's
-// wrapper.
+// boundOp is what a bound of [New] allocates per request, in one piece:
+// the watch that cuts it, the scope its context carries (and the
+// operation, when no layer above made one), the request copy and the
+// response body's wrapper.
 type boundOp struct {
-	ctx  boundCtx
+	w    watch
+	s    scope
+	op   operation
 	req  http.Request
 	body boundBody
 }
 
 func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.mode == boundAll {
+		return t.hard(req)
+	}
 	parent := req.Context()
 	readMax := t.readMax
 	if t.mode == boundHeaders {
@@ -82,93 +73,85 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 				readMax = v
 			}
 		}
-		if t.d == 0 && readMax <= 0 {
+		if t.l.d == 0 && readMax <= 0 {
 			return t.next.RoundTrip(req)
 		}
 	}
-	var now time.Duration // clockNow, read once, and only when needed
-	if t.d > 0 {
-		now = clockNow()
-	}
-	watchBody := t.idle > 0 && (t.mode == boundOperation || readMax > 0)
-	if pdl, ok := parent.Deadline(); ok && readMax <= 0 {
-		// The caller's own deadline comes before anything this bound
-		// could cut: it has nothing to add.
-		if t.d == 0 {
-			now = clockNow()
-		}
+	now := clockNow()
+	ps := scopeOf(parent)
+	watchBody := t.l.idle > 0 && (t.mode == boundOperation || readMax > 0)
+	if pdl, ok := deadlineOfScope(parent, ps); ok && readMax <= 0 {
+		// A deadline above comes before anything this bound could cut:
+		// it has nothing to add.
 		left := pdl.Sub(clockTime(now))
-		if (t.d == 0 || left <= t.d) && (!watchBody || left <= t.idle) {
+		if (t.l.d == 0 || left <= t.l.d) && (!watchBody || left <= t.l.idle) {
 			return t.next.RoundTrip(req)
 		}
 	}
-	op := &boundOp{}
-	c := &op.ctx
-	c.start(parent, t, now)
-	if s := stackOf(parent); s == nil {
-		c.ownsStack = true // the layers beneath meet in t.stack
-	} else if t.mode == boundOperation {
-		join(&s.idleCut, t)
+	bo := &boundOp{}
+	ctx, cancel := context.WithCancelCause(parent)
+	w := &bo.w
+	if ps != nil {
+		bo.s.op, w.up = ps.op, ps.bound
+	} else {
+		bo.op.start = now
+		bo.s.op = &bo.op
 	}
-	op.req = *req.WithContext(c)
-	resp, err := t.next.RoundTrip(&op.req)
+	bo.s.bound = w
+	w.start(&t.l, now, cancel)
+	bo.req = *req.WithContext(context.WithValue(ctx, opKey{}, &bo.s))
+	resp, err := t.next.RoundTrip(&bo.req)
 	if err != nil || resp == nil {
 		if err != nil {
-			c.settle() // a failure after the deadline is the deadline's
+			w.settle() // a failure after the deadline is the deadline's
 		}
-		if cut := c.release(); cut != nil && err != nil {
+		if cut := w.release(); cut != nil && err != nil {
 			err = cut
 		}
 		return resp, err
 	}
 	body := resp.Body
 	if body == nil || body == http.NoBody {
-		c.release()
+		w.release()
 		return resp, nil
 	}
 	if rw, ok := body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		if t.mode != boundAll {
-			c.bodyStarts(false, false) // an upgraded connection is neither bounded nor cut
-		} else {
-			// net/http stops watching the context after a 101: the
-			// deadline closes the connection itself.
-			c.AfterFunc(func() { rw.Close() })
-		}
-		resp.Body = &boundBodyRW{boundBody{rc: rw, c: c}, rw}
+		w.bodyStarts(false, false) // an upgraded connection is neither bounded nor cut
+		resp.Body = &boundBodyRW{boundBody{rc: rw, w: w}, rw}
 		return resp, nil
 	}
-	op.body = boundBody{rc: body, c: c}
+	bo.body = boundBody{rc: body, w: w}
 	switch t.mode {
 	case boundOperation:
-		c.bodyStarts(!c.streamOf(resp), t.idle > 0)
+		w.bodyStarts(!isStream(resp), true)
 	case boundHeaders:
-		if readMax > 0 && !c.streamOf(resp) {
-			c.bodyStarts(false, t.idle > 0)
-			return readInAttempt(resp, &op.body, readMax)
+		if readMax > 0 && !isStream(resp) {
+			w.bodyStarts(false, true)
+			return readInAttempt(resp, &bo.body, readMax)
 		}
-		c.bodyStarts(false, false)
+		w.bodyStarts(false, false)
 	}
-	resp.Body = &op.body
+	resp.Body = &bo.body
 	return resp, nil
 }
 
-// boundBody is a response body under a bound: each Read is counted for
-// the idle watch (two atomic adds), the bound is released at EOF or
+// boundBody is a response body under a watch: each Read is counted for
+// the idle watch (two atomic adds), the watch is released at EOF or
 // Close, and an error caused by a cut is the cut's [*DeadlineError].
 type boundBody struct {
 	rc io.ReadCloser
-	c  *boundCtx
-	w  io.Writer // where WriteTo writes
+	w  *watch
+	wr io.Writer // where WriteTo writes
 }
 
 func (b *boundBody) Read(p []byte) (int, error) {
-	b.c.activity.Add(1)
+	b.w.enter()
 	n, err := b.rc.Read(p)
-	b.c.activity.Add(1)
+	b.w.leave()
 	if err != nil {
 		if err == io.EOF {
-			b.c.release()
-		} else if cut := b.c.settle(); cut != nil {
+			b.w.release()
+		} else if cut := b.w.settle(); cut != nil {
 			err = cut
 		}
 	}
@@ -185,13 +168,13 @@ func (b *boundBody) WriteTo(w io.Writer) (int64, error) {
 	if !ok {
 		return io.Copy(w, (*bodyReader)(b))
 	}
-	b.w = w
-	b.c.activity.Add(1)
+	b.wr = w
+	b.w.enter()
 	n, err := wt.WriteTo((*bodyWriter)(b))
-	b.c.activity.Add(1)
+	b.w.leave()
 	if err == nil {
-		b.c.release()
-	} else if cut := b.c.settle(); cut != nil {
+		b.w.release()
+	} else if cut := b.w.settle(); cut != nil {
 		err = cut
 	}
 	return n, err
@@ -203,29 +186,29 @@ type bodyReader boundBody
 
 func (r *bodyReader) Read(p []byte) (int, error) { return (*boundBody)(r).Read(p) }
 
-// bodyWriter is the writer a body's own WriteTo writes to (b.w): each
+// bodyWriter is the writer a body's own WriteTo writes to (b.wr): each
 // write leaves the body's wait on the server while it runs.
 type bodyWriter boundBody
 
 func (b *bodyWriter) Write(p []byte) (int, error) {
-	b.c.activity.Add(1)
-	n, err := b.w.Write(p)
-	b.c.activity.Add(1)
+	b.w.leave()
+	n, err := b.wr.Write(p)
+	b.w.enter()
 	return n, err
 }
 
 // WriteString keeps a body that writes strings (a strings.Reader) from
 // copying them.
 func (b *bodyWriter) WriteString(s string) (int, error) {
-	b.c.activity.Add(1)
-	n, err := io.WriteString(b.w, s)
-	b.c.activity.Add(1)
+	b.w.leave()
+	n, err := io.WriteString(b.wr, s)
+	b.w.enter()
 	return n, err
 }
 
 func (b *boundBody) Close() error {
 	err := b.rc.Close()
-	b.c.release()
+	b.w.release()
 	return err
 }
 
@@ -233,14 +216,14 @@ func (b *boundBody) Close() error {
 // upgraded connection, readable and writable.
 type boundBodyRW struct {
 	boundBody
-	w io.Writer
+	wc io.Writer
 }
 
-func (b *boundBodyRW) Write(p []byte) (int, error) { return b.w.Write(p) }
+func (b *boundBodyRW) Write(p []byte) (int, error) { return b.wc.Write(p) }
 
 // CloseWrite half-closes the upgraded connection, as net/http's own 101
 // body allows.
-func (b *boundBodyRW) CloseWrite() error { return closeWrite(b.w) }
+func (b *boundBodyRW) CloseWrite() error { return closeWrite(b.wc) }
 
 // isStream reports whether resp's body is a stream: read for as long as
 // it makes progress rather than inside a deadline. Streams are server-sent
@@ -248,35 +231,6 @@ func (b *boundBodyRW) CloseWrite() error { return closeWrite(b.w) }
 // sequences, multipart replace streams, gRPC, Connect streaming and AWS
 // event streams (Bedrock's streaming responses).
 func isStream(resp *http.Response) bool { return isStreamType(streamMediaType(resp)) }
-
-// streamOf is isStream(resp), read from what a layer beneath learnt of
-// resp when it judged its media type already (see judgedMedia): the
-// header is looked up once per response.
-func (c *boundCtx) streamOf(resp *http.Response) bool {
-	if c.media == resp {
-		return c.isStream
-	}
-	return isStream(resp)
-}
-
-// judgedMedia records in req's context, when req is a bound's own
-// request, that resp is a stream or not, for the bound to read
-// (streamOf); ct is resp's streamMediaType. Only the bound's own request
-// records: one goroutine sends it at a time, and the bound reads what it
-// recorded once it returns. A copy of it (a foreign layer's clone, a
-// hedge's copy, an unvouched POST's watched attempt) records nothing, and
-// the bound reads the header itself.
-func judgedMedia(req *http.Request, resp *http.Response, ct string) {
-	if c, ok := req.Context().(*boundCtx); ok && c.owns(req) {
-		c.media, c.isStream = resp, isStreamType(ct)
-	}
-}
-
-// owns reports whether req is the request copy allocated with c, in
-// its boundOp. It compares addresses only, and reads nothing.
-func (c *boundCtx) owns(req *http.Request) bool {
-	return uintptr(unsafe.Pointer(c))+unsafe.Offsetof(boundOp{}.req) == uintptr(unsafe.Pointer(req))
-}
 
 // isStreamType reports whether ct, a streamMediaType, names a stream.
 func isStreamType(ct string) bool {

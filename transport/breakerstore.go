@@ -105,7 +105,7 @@ func fleetAdmit(ctx context.Context, s BreakerStore, key string, cooldown time.D
 // outcome, published, ends the claim sooner.
 func probeTTL(ctx context.Context, now time.Time, cooldown time.Duration) time.Duration {
 	ttl := maxProbeClaim
-	if dl, ok := ctx.Deadline(); ok {
+	if dl, ok := deadlineOf(ctx); ok {
 		ttl = dl.Sub(now)
 	}
 	return max(ttl, cooldown)

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
-	"unsafe"
 
 	"github.com/sturdyhttp/sturdy/policy"
 )
@@ -77,30 +76,19 @@ var (
 	}{}))
 )
 
-// nopCloserLayout reports whether io.NopCloser's two types are what
-// nopCloserReader reads: a struct of one field, the io.Reader it wraps.
-var nopCloserLayout = func() bool {
-	reader := reflect.TypeFor[io.Reader]()
-	for _, t := range [...]reflect.Type{nopCloserType, nopCloserWriterToType} {
-		if t.Kind() != reflect.Struct || t.NumField() != 1 || t.Field(0).Type != reader || t.Field(0).Offset != 0 {
-			return false
-		}
-	}
-	return true
-}()
-
-// nopCloserReader returns the reader that body, an io.NopCloser, wraps.
-// The interface's data word points to the struct, whose one field is
-// that reader (nopCloserLayout checks it once): reading it costs a load,
-// where reflect's Field(0).Interface() costs hundreds of instructions on
-// every request.
+// nopCloserReader returns the reader that body, an io.NopCloser, wraps,
+// as net/http finds it: io.NopCloser's types are a struct of one field,
+// that reader.
 func nopCloserReader(body io.Reader) io.Reader {
-	if !nopCloserLayout {
-		r, _ := reflect.ValueOf(body).Field(0).Interface().(io.Reader)
-		return r
+	v := reflect.ValueOf(body)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
 	}
-	type eface struct{ typ, data unsafe.Pointer }
-	return *(*io.Reader)((*eface)(unsafe.Pointer(&body)).data)
+	if v.Kind() != reflect.Struct || v.NumField() != 1 {
+		return nil
+	}
+	r, _ := v.Field(0).Interface().(io.Reader)
+	return r
 }
 
 // inMemoryLen returns the unread length of a body that is an in-memory

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,26 +62,17 @@ func firstEventMiddleware(timeout, idle time.Duration, s policy.Stream, judge bo
 	if timeout < 0 {
 		return nil
 	}
-	c := &firstEventConfig{s: s, timeout: timeout, idle: max(idle, 0), judge: judge, onCommit: onCommit}
-	if c.timeout > 0 {
-		c.timeoutErr = &DeadlineError{Bound: boundFirstEvent, Limit: c.timeout}
-	}
-	if c.idle > 0 {
-		c.idleErr = &DeadlineError{Bound: boundIdle, Limit: c.idle}
-	}
+	c := &firstEventConfig{s: s, l: newLimits(timeout, idle, boundFirstEvent), judge: judge, onCommit: onCommit}
 	return func(next http.RoundTripper) http.RoundTripper {
 		return &firstEvent{next: orDefault(next), c: c}
 	}
 }
 
 type firstEventConfig struct {
-	s          policy.Stream
-	timeout    time.Duration // from the headers to the first content event; 0: none
-	idle       time.Duration // the longest the read ahead may go without a byte; 0: none
-	judge      bool
-	onCommit   func(StreamEvent)
-	timeoutErr *DeadlineError
-	idleErr    *DeadlineError
+	s        policy.Stream
+	l        limits // from the headers to the first content event, and the longest a Read may block; 0: none
+	judge    bool
+	onCommit func(StreamEvent)
 }
 
 type firstEvent struct {
@@ -98,9 +88,7 @@ func (t *firstEvent) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body == nil || resp.Body == http.NoBody {
 		return resp, err
 	}
-	ct := streamMediaType(resp)
-	judgedMedia(req, resp, ct) // the bound above need not look again
-	f := formatOf(ct)
+	f := formatOf(streamMediaType(resp))
 	if f == 0 || !bodyDone(req) {
 		return resp, nil
 	}
@@ -180,17 +168,17 @@ var ndjsonTypes = [...]string{
 // Timeout of [New] above is held off meanwhile (see holdDeadline).
 func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f lex.EventFormat) (*http.Response, error) {
 	a := aheadRead{hold: holdDeadline(req.Context()), w: c.watch(resp.Body), buf: make([]byte, 0, aheadChunk)}
+	defer a.w.release()
 	body := resp.Body
 	sc := lex.EventScanner{Format: f}
 	for {
 		if len(a.buf) == cap(a.buf) {
 			a.buf = append(a.buf, 0)[:len(a.buf)] // grow
 		}
+		a.w.enter()
 		n, rerr := body.Read(a.buf[len(a.buf):cap(a.buf)])
+		a.w.leave()
 		a.buf = a.buf[:len(a.buf)+n]
-		if n > 0 && a.w != nil {
-			a.w.progress()
-		}
 		for {
 			ev, ok := sc.Next(a.buf)
 			switch {
@@ -217,10 +205,10 @@ func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f l
 		case rerr == io.EOF, len(a.buf) >= maxAhead:
 			return a.commit(resp), nil
 		case rerr != nil:
-			if cut := a.w.stop(); cut != nil {
+			if cut := a.w.release(); cut != nil {
 				rerr = cut
 			}
-			a.hold.releaseDeadline(false)
+			a.hold.unhold(false)
 			body.Close()
 			return nil, &ResponseBodyError{Status: resp.StatusCode, Read: int64(len(a.buf)), Err: rerr}
 		}
@@ -229,33 +217,25 @@ func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f l
 
 // aheadRead is the state of one read ahead.
 type aheadRead struct {
-	hold *boundCtx   // the Timeout bound above, its deadline held off; nil: none
-	w    *aheadWatch // nil: no limit
-	buf  []byte      // every byte read
+	hold *watch // the Timeout bound above, its deadline held off; nil: none
+	w    *watch // the read ahead's limits
+	buf  []byte // every byte read
 }
 
 // commit ends the read ahead with resp handed back, its body read from
 // the start.
 func (a *aheadRead) commit(resp *http.Response) *http.Response {
-	a.w.stop()
-	a.hold.releaseDeadline(true)
+	a.w.release()
+	a.hold.unhold(true)
 	return commitStream(resp, a.buf, resp.Body)
 }
 
 // fail ends the read ahead with a failed attempt judged as status.
 func (a *aheadRead) fail(req *http.Request, resp *http.Response, status int, why string) *http.Response {
-	a.w.stop()
-	a.hold.releaseDeadline(false)
+	a.w.release()
+	a.hold.unhold(false)
 	return judgedStream(req, resp, a.buf, resp.Body, status, why)
 }
-
-// The bits of boundCtx.ahead.
-const (
-	aheadCount  = 1<<5 - 1 // how many streams beneath read ahead
-	aheadLapsed = 1 << 5   // the deadline passed while held: it is reported, and cuts only what Timeout bounds (see releaseDeadline)
-	aheadHeld   = 1 << 6   // the deadline was armed when the first began, and is held off
-	aheadWon    = 1 << 7   // a stream was committed: the deadline stays off
-)
 
 // holdDeadline holds off the deadline of the Timeout bound of [New] above
 // (found in ctx) while a stream beneath waits for its first event: that
@@ -264,57 +244,20 @@ const (
 // its first token is not cut. It returns nil when there is no such bound.
 // The deadline comes back, as it was, when every stream that held it has
 // failed; once one is committed it stays off.
-func holdDeadline(ctx context.Context) *boundCtx {
-	c, ok := ctx.Value(boundCtxKey{}).(*boundCtx)
-	if !ok || c.b.mode != boundOperation {
+func holdDeadline(ctx context.Context) *watch {
+	s := scopeOf(ctx)
+	if s == nil {
 		return nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ended() != live || c.ahead&aheadCount == aheadCount || c.ahead&aheadWon != 0 {
-		return nil
-	}
-	c.ahead++
-	if c.dlArmed {
-		c.dlArmed = false
-		c.ahead |= aheadHeld
-		if c.watched {
-			c.rearmLocked(clockNow())
+	for w := s.bound; w != nil; w = w.up {
+		if w.l.name == boundTimeout {
+			if w.hold() {
+				return w
+			}
+			return nil
 		}
 	}
-	return c
-}
-
-// releaseDeadline ends a hold of holdDeadline: committed says whether
-// the stream was handed back.
-func (c *boundCtx) releaseDeadline(committed bool) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.ahead--
-	if committed {
-		c.ahead |= aheadWon
-	}
-	if c.ahead&aheadCount != 0 || c.ahead&(aheadHeld|aheadWon) != aheadHeld {
-		return
-	}
-	c.ahead &^= aheadHeld
-	if c.ended() == live {
-		c.dlArmed = true
-		if clockNow() >= c.due() {
-			// The deadline passed while streams held it off. It comes back
-			// for the layers above (Deadline reports it, so Retry sends
-			// nothing more), but it does not cut the context now: what
-			// is left to hand back is the last stream, which Timeout does
-			// not bound. bodyStarts cuts a body that Timeout bounds, and
-			// settle a failure.
-			c.ahead |= aheadLapsed
-		} else if c.watched {
-			c.rearmLocked(clockNow())
-		}
-	}
+	return nil
 }
 
 // commitStream hands resp back with its body read from the start.
@@ -340,7 +283,7 @@ func judgedStream(req *http.Request, resp *http.Response, buf []byte, body io.Re
 	if resp.Request != nil {
 		base = resp.Request
 	}
-	j.Request = base.WithContext(&heldCtx{Context: base.Context(), h: h})
+	j.Request = base.WithContext(context.WithValue(base.Context(), heldKey{}, h))
 	return &j
 }
 
@@ -353,19 +296,6 @@ type heldStream struct {
 }
 
 type heldKey struct{}
-
-// heldCtx carries a heldStream: one allocation for both.
-type heldCtx struct {
-	context.Context
-	h *heldStream
-}
-
-func (c *heldCtx) Value(key any) any {
-	if key == (heldKey{}) {
-		return c.h
-	}
-	return c.Context.Value(key)
-}
 
 // restoreStream hands back, in place of a stream judged a failed
 // attempt, the stream as it came: its status, and a body that reads
@@ -424,89 +354,15 @@ func (b *aheadBody) Read(p []byte) (int, error) {
 
 func (b *aheadBody) Close() error { return b.rest.Close() }
 
-// aheadWatch cuts a read ahead that waits too long: past the first-event
-// limit from the headers, or for the idle limit without a byte. It
-// closes the body, which ends a Read blocked on it. One timer serves
-// both; a byte read moves the idle limit without touching it.
-type aheadWatch struct {
-	c     *firstEventConfig
-	body  io.Closer
-	due   time.Duration // clockNow of the first-event limit; valid when c.timeout > 0
-	mu    sync.Mutex
-	last  time.Duration // clockNow of the last byte
-	timer *time.Timer
-	cut   *DeadlineError
-	done  bool
-}
-
-// watch returns a watch over body, nil when there is no limit.
-func (c *firstEventConfig) watch(body io.Closer) *aheadWatch {
-	if c.timeout == 0 && c.idle == 0 {
-		return nil
-	}
-	now := clockNow()
-	w := &aheadWatch{c: c, body: body, last: now, due: now + c.timeout}
-	w.mu.Lock()
-	w.timer = time.AfterFunc(w.wait(now), w.fire)
-	w.mu.Unlock()
-	return w
-}
-
-// wait returns how long from now until the nearer limit.
-func (w *aheadWatch) wait(now time.Duration) time.Duration {
-	d := time.Duration(-1)
-	if w.c.idle > 0 {
-		d = w.last + w.c.idle - now
-	}
-	if w.c.timeout > 0 {
-		if dd := w.due - now; d < 0 || dd < d {
-			d = dd
+// watch returns a watch over a read ahead of body: its cut closes the
+// body, which ends a Read blocked on it.
+func (c *firstEventConfig) watch(body io.Closer) *watch {
+	w := &watch{}
+	w.start(&c.l, clockNow(), func(err error) {
+		if err != nil {
+			body.Close()
 		}
-	}
-	return max(d, 0)
-}
-
-func (w *aheadWatch) progress() {
-	now := clockNow()
-	w.mu.Lock()
-	w.last = now
-	w.mu.Unlock()
-}
-
-func (w *aheadWatch) fire() {
-	now := clockNow()
-	w.mu.Lock()
-	if w.done {
-		w.mu.Unlock()
-		return
-	}
-	switch {
-	case w.c.timeout > 0 && now >= w.due:
-		w.cut = w.c.timeoutErr
-	case w.c.idle > 0 && now-w.last >= w.c.idle:
-		w.cut = w.c.idleErr
-	default:
-		w.timer.Reset(w.wait(now))
-		w.mu.Unlock()
-		return
-	}
-	w.done = true
-	w.mu.Unlock()
-	w.body.Close()
-}
-
-// stop ends the watch, and returns the limit that cut the body, if one
-// did.
-func (w *aheadWatch) stop() error {
-	if w == nil {
-		return nil
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.done = true
-	w.timer.Stop()
-	if w.cut != nil {
-		return w.cut
-	}
-	return nil
+	})
+	w.bodyStarts(true, true)
+	return w
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -100,15 +99,17 @@ type hedger struct {
 	next http.RoundTripper
 	c    *hedgeConfig
 	lat  *policy.Latencies // nil with a fixed delay
-	own  stack             // the stack beneath, when no layer above carries one
-	copy bound             // the bound of copies' contexts: no deadline, no idle cut, ended by cancel
 }
+
+// copyLimits are those of a hedge copy's watch: no deadline, no idle
+// cut; it ends when canceled or released.
+var copyLimits limits
 
 // out returns a copy's outcome to the layer above: a stream judged a
 // failed attempt is restored unless a Retry above (found through the
 // operation's stack, whatever stands between) may still try again.
 func (t *hedger) out(req *http.Request, resp *http.Response, err error) (*http.Response, error) {
-	if err != nil || resp == nil || resp.StatusCode < 400 || stackOf(req.Context()).retryConfig() != nil {
+	if err != nil || resp == nil || resp.StatusCode < 400 || opOf(req.Context()).retryConfig() != nil {
 		return resp, err
 	}
 	return restoreStreamErr(resp, err)
@@ -130,74 +131,38 @@ func HedgeCopyFromContext(ctx context.Context) int {
 
 // hedgeCopy is one copy of a hedged request.
 type hedgeCopy struct {
-	op     *boundOp    // the copy's context, request and body, in one allocation
-	parent *detachable // the copy's context follows its end until detached
+	op *boundOp // the copy's watch, request and body, in one allocation
+	// detach stops the copy's context from following the request's: a
+	// losing copy is detached before its response is drained in the
+	// background, so that the end of the operation (the winner's body
+	// read or closed releases the bounds above) does not cut the drain
+	// and close a connection that would have gone back to the pool. The
+	// drain is bounded by discardWait. Nil: nothing to detach.
+	detach func() bool
 	done   bool
 }
 
-// detachable is the parent of a copy's context: the request's context,
-// whose end the copy follows until detach is called. A losing copy is
-// detached before its response is drained in the background, so that
-// the end of the operation (the winner's body read or closed releases
-// the deadlines above, the parent of every copy) does not cut the drain
-// and close a connection that would have gone back to the pool. The
-// drain is bounded by discardWait.
-type detachable struct {
-	context.Context
-	copy     int // the copy's number, for HedgeCopyFromContext
-	mu       sync.Mutex
-	stop     func() bool // context.WithCancel asks once
-	detached bool
-}
-
-// neverDone is the Done of every detachable: context.WithCancel then
-// learns of the parent's end through AfterFunc, which detach stops.
-var neverDone = make(chan struct{})
-
-func (d *detachable) Done() <-chan struct{} { return neverDone }
-
-// Err is the parent's until d is detached; nil after.
-func (d *detachable) Err() error {
-	d.mu.Lock()
-	detached := d.detached
-	d.mu.Unlock()
-	if detached {
-		return nil
+// copyContext returns the context of copy i of a request whose context
+// is ctx, the function that cancels it alone, and the one that detaches
+// it from ctx (nil when ctx never ends). It keeps ctx's values and its
+// deadline; ctx's end reaches it until it is detached.
+func copyContext(ctx context.Context, i int) (context.Context, context.CancelCauseFunc, func() bool) {
+	base := context.WithValue(ctx, hedgeCopyKey{}, i)
+	if ctx.Done() == nil {
+		c, cancel := context.WithCancelCause(base)
+		return c, cancel, nil
 	}
-	return d.Context.Err()
-}
-
-// Value answers HedgeCopyFromContext with the copy's number, and asks the
-// parent for any other key.
-func (d *detachable) Value(key any) any {
-	if key == (hedgeCopyKey{}) {
-		return d.copy
+	c, cancel := context.WithCancelCause(context.WithoutCancel(base))
+	detach := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	if dl, ok := ctx.Deadline(); ok {
+		// The parent's deadline is reported, and its end forwarded:
+		// net/http reads a deadline off the context it is given.
+		var stop context.CancelFunc
+		c, stop = context.WithDeadlineCause(c, dl, context.DeadlineExceeded)
+		prev := cancel
+		cancel = func(err error) { prev(err); stop() }
 	}
-	return d.Context.Value(key)
-}
-
-// AfterFunc calls f when the parent ends, unless d is detached first.
-func (d *detachable) AfterFunc(f func()) (stop func() bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.detached {
-		return func() bool { return false }
-	}
-	d.stop = context.AfterFunc(d.Context, f)
-	return d.stop
-}
-
-// detach stops following the parent's end.
-func (d *detachable) detach() {
-	if d == nil {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.detached = true
-	if d.stop != nil {
-		d.stop()
-	}
+	return c, cancel, detach
 }
 
 // hedgeResult is what one copy ended with.
@@ -215,7 +180,7 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.out(req, resp, err)
 	}
 	start := time.Now()
-	op, req := withStack(req, &t.own)
+	op, req := withOp(req)
 	budget := c.budget
 	if rc := op.retryConfig(); rc != nil && rc.budget != nil && (budget == nil || budget == rc.budget) {
 		budget = rc.budget // the Retry above counted the operation in it
@@ -259,7 +224,7 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // race sends the first copy, then a hedge every delay while none has
 // answered, and returns the winner.
-func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key string, body *replay, start time.Time, delay time.Duration) (*http.Response, error) {
+func (t *hedger) race(op *operation, budget retryBudget, req *http.Request, key string, body *replay, start time.Time, delay time.Duration) (*http.Response, error) {
 	c := t.c
 	ctx := req.Context()
 	// Room for the copies a race usually sends, not for all that
@@ -277,22 +242,15 @@ func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key stri
 	// canceled alone, and the given body.
 	send := func(b io.ReadCloser) {
 		i := len(copies)
-		parent := (*detachable)(nil) // nil: ctx never ends, and nothing need be detached
-		var pctx context.Context
-		if ctx.Done() != nil {
-			parent = &detachable{Context: ctx, copy: i + 1} // it carries the copy's number too
-			pctx = parent
-		} else {
-			pctx = context.WithValue(ctx, hedgeCopyKey{}, i+1)
-		}
+		cctx, cancel, detach := copyContext(ctx, i+1)
 		op := &boundOp{}
-		op.ctx.start(pctx, &t.copy, 0)
-		op.req = *req.WithContext(&op.ctx)
+		op.w.start(&copyLimits, 0, cancel)
+		op.req = *req.WithContext(cctx)
 		r := &op.req
 		if !body.none {
 			r.Body, r.GetBody = b, body.get
 		}
-		copies = append(copies, hedgeCopy{op: op, parent: parent})
+		copies = append(copies, hedgeCopy{op: op, detach: detach})
 		go t.send(req, r, i, &answered, results)
 	}
 	if body.first != nil {
@@ -439,7 +397,7 @@ func (t *hedger) acceptable(req *http.Request, r *hedgeResult) bool {
 	}
 	var problem *policy.Problem
 	if r.resp.StatusCode >= 400 {
-		problem = readProblem(r.resp, t.c.probLimit, stackOf(req.Context()).cut())
+		problem = readProblem(r.resp, t.c.probLimit, idleCut(req.Context()))
 	}
 	return !t.c.classify(policy.Outcome{
 		Request:  req,
@@ -485,7 +443,9 @@ func (t *hedger) discard(copies []hedgeCopy, r hedgeResult) {
 		return
 	}
 	body := r.resp.Body
-	copies[r.i].parent.detach() // the operation's end must not cut the drain
+	if d := copies[r.i].detach; d != nil {
+		d() // the operation's end must not cut the drain
+	}
 	go func() {
 		cut := time.AfterFunc(discardWait, cancel)
 		drain(body)

@@ -94,7 +94,6 @@ type retryConfig struct {
 type retrier struct {
 	next http.RoundTripper
 	c    *retryConfig
-	own  stack // the stack beneath, when no layer above carries one
 }
 
 func (t *retrier) CloseIdleConnections() { closeIdle(t.next) }
@@ -208,13 +207,12 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, &RetryError{Reason: policy.ReasonCallerError, Err: err}
 		}
-		s := stackOf(r.Context())
-		if s == nil { // an operation still, for OperationOf, and a Hedge beneath may share the budget
-			s, r = withStack(r, &t.own)
-		}
-		s.joinRetry(c)
+		// An operation still, for OperationOf, and a Hedge beneath may
+		// share the budget.
+		op, r := withOp(r)
+		op.retry = c
 		if c.budget != nil {
-			c.budget.request(req.URL, startOf(req.Context()))
+			c.budget.request(req.URL, op.start)
 		}
 		if r.GetBody != nil && !policy.SafeToResend(req, c.keyHeader) {
 			r = withoutGetBody(r, r != req)
@@ -234,23 +232,24 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		answered(resp, r)
 		if err == nil && resp != nil && resp.StatusCode < 400 {
+			op.attempts = 1
 			return resp, nil
 		}
 		if resp == nil && err == nil {
 			err = errNilResponse
 		}
-		return t.end(nil, req, 1, 0, resp, err, t.lastStep(s, req, r, resp, err))
+		return t.end(op, req, 1, 0, resp, err, t.lastStep(req, r, resp, err))
 	}
 	safe := policy.SafeToResend(req, c.keyHeader)
 	// base is what each attempt copies: the caller's request, or a copy
 	// whose context carries the operation, or tells whether a
 	// connection was made, for a request that may be sent again only if
 	// none was.
-	st, base, rec := t.stackOf(req) // rec: the operation's record, from the second attempt on
-	st.joinRetry(c)                 // a Hedge beneath draws on the same budget
+	op, base := withOp(req)
+	op.retry = c // a Hedge beneath draws on the same budget
 	ctx := base.Context()
 	if c.budget != nil {
-		c.budget.request(req.URL, startOf(ctx))
+		c.budget.request(req.URL, op.start)
 	}
 	var watch *connWatch
 	if !safe {
@@ -306,12 +305,10 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		if err == nil && resp.StatusCode < 400 && c.defaultCls {
-			if rec != nil {
-				rec.attempts, rec.reason, rec.waited = n, "", waited
-			}
+			op.attempts, op.reason, op.waited = n, "", waited
 			return resp, nil // success: the fast path
 		}
-		idleCut := st.cut()
+		idleCut := idleCut(ctx)
 		var problem *policy.Problem
 		if err == nil && ctx.Err() == nil {
 			problem = readProblem(resp, c.probLimit, idleCut)
@@ -333,24 +330,21 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			PrevWait:     prev,
 			Done:         context.Cause(ctx),
 		}
-		if dl, ok := ctx.Deadline(); ok {
+		if dl, ok := deadlineOf(ctx); ok {
 			s.Deadline = dl
 		}
 		attempt := r // not r itself: a closure over it would move it to the heap on every call
-		s.Refused = func(at time.Time) error { return st.refusedAt(attempt, at) }
+		s.Refused = func(at time.Time) error { return op.refusedAt(attempt, at) }
 		if c.budget != nil {
 			s.Budget = func() bool { return c.budget.retry(req.URL, clockOf(now)) }
 		}
 		step := c.p.Next(s)
 		if !step.Retry {
-			return t.end(rec, req, n, waited, resp, err, step)
-		}
-		if rec == nil {
-			base = record(&rec, base, nil)
+			return t.end(op, req, n, waited, resp, err, step)
 		}
 		next, gerr := body.request(base, n+1)
 		if gerr != nil { // GetBody failed: no further attempt can be made
-			return t.end(rec, req, n, waited, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
+			return t.end(op, req, n, waited, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
 		}
 		if c.onRetry != nil {
 			e := policy.RetryEvent{Request: req, Attempt: n + 1, Wait: step.Wait, Reason: step.Decision.Reason, Status: status(resp), Err: err}
@@ -373,12 +367,12 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			if errors.Is(serr, context.Canceled) {
 				reason = policy.ReasonCanceled
 			}
-			return t.end(rec, req, n, waited+time.Since(now), nil, serr, policy.Step{Reason: reason})
+			return t.end(op, req, n, waited+time.Since(now), nil, serr, policy.Step{Reason: reason})
 		}
 		waited += time.Since(now)
 		if r, err = checkBody(next, true); err != nil {
 			closeBody(next)
-			return t.end(rec, req, n, waited, nil, err, policy.Step{Reason: policy.ReasonCallerError})
+			return t.end(op, req, n, waited, nil, err, policy.Step{Reason: policy.ReasonCallerError})
 		}
 		prev = step.Wait
 	}
@@ -387,12 +381,12 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 // lastStep is [policy.Retry.Next]'s decision on the one attempt r of
 // req that a Retry with MaxAttempts 1 made: the reason it gives is the
 // one the attempt loop gives for the same outcome.
-func (t *retrier) lastStep(st *stack, req, r *http.Request, resp *http.Response, err error) policy.Step {
+func (t *retrier) lastStep(req, r *http.Request, resp *http.Response, err error) policy.Step {
 	c := t.c
 	ctx := req.Context()
 	var problem *policy.Problem
 	if err == nil && ctx.Err() == nil {
-		problem = readProblem(resp, c.probLimit, st.cut())
+		problem = readProblem(resp, c.probLimit, idleCut(r.Context()))
 	}
 	s := policy.State{
 		Outcome: policy.Outcome{
@@ -410,40 +404,21 @@ func (t *retrier) lastStep(st *stack, req, r *http.Request, resp *http.Response,
 	return c.p.Next(s)
 }
 
-// stackOf returns the stack of req's operation and req with it, with
-// the operation's record when t made both: when no layer above carries a
-// stack, the layers beneath meet in t.own.
-func (t *retrier) stackOf(req *http.Request) (*stack, *http.Request, *opRecord) {
-	if st := stackOf(req.Context()); st != nil {
-		return st, req, nil
-	}
-	var rec *opRecord
-	base := record(&rec, req, &t.own)
-	return &t.own, base, rec
-}
-
 // end ends an operation after n attempts (the last refused unsent, when
 // its error is a layer's refusal) as step says: it records the outcome in
-// the operation's record rec, for [OperationOf], and hands it to giveUp.
-func (t *retrier) end(rec *opRecord, req *http.Request, n int, waited time.Duration, resp *http.Response, err error, step policy.Step) (*http.Response, error) {
+// the operation, for [OperationOf], and hands it to giveUp.
+func (t *retrier) end(op *operation, req *http.Request, n int, waited time.Duration, resp *http.Response, err error, step policy.Step) (*http.Response, error) {
 	if refusal, ok := policy.RefusedBy(err); ok {
 		n, step.Reason = n-1, refusal // refused unsent: not an attempt
 	} else if step.Reason == policy.ReasonCallerError {
 		n = 0 // nothing could be sent
 	}
 	ok := resp != nil && resp.StatusCode < 400 // as judged: a stream that failed before its first event is not
-	resp, err = t.giveUp(req, n, resp, err, step)
-	if resp != nil && resp.Request != nil && rec == nil {
-		// The first attempt's response: its request gets the record.
-		resp.Request = record(&rec, resp.Request, nil)
+	op.attempts, op.reason, op.waited = n, step.Reason, waited
+	if ok {
+		op.reason = ""
 	}
-	if rec != nil {
-		rec.attempts, rec.reason, rec.waited = n, step.Reason, waited
-		if ok {
-			rec.reason = ""
-		}
-	}
-	return resp, err
+	return t.giveUp(req, n, resp, err, step)
 }
 
 // giveUp ends an operation as step says: it reports the outcome to
@@ -539,55 +514,21 @@ func closeBody(r *http.Request) {
 }
 
 // connWatch learns, through net/http/httptrace, whether an attempt got a
-// connection: one that did not cannot have reached the server. It is the
-// context of the request that it watches, and holds that request: one
-// allocation for the watch, the trace and the request copy, where
-// httptrace.WithClientTrace and Request.WithContext would make three.
+// connection: one that did not cannot have reached the server.
 type connWatch struct {
-	context.Context
 	asked atomic.Bool // GetConn: the transport reports its connections
 	got   atomic.Bool // GotConn
 	trace httptrace.ClientTrace
-	req   http.Request
 }
-
-// clientTraceKey is the key with which httptrace.ContextClientTrace asks
-// a context for its trace: unexported, it is learned once by watching
-// what ContextClientTrace asks for.
-var clientTraceKey = func() any {
-	p := &keyProbe{Context: context.Background()}
-	httptrace.ContextClientTrace(p)
-	return p.key
-}()
 
 // watchConns returns a copy of req whose context reports its attempts'
-// connections to the returned watch.
+// connections to the returned watch. A trace of the caller's is
+// composed with it by httptrace.
 func watchConns(req *http.Request) (*connWatch, *http.Request) {
-	parent := req.Context()
-	w := &connWatch{Context: parent}
+	w := &connWatch{}
 	w.trace.GetConn = func(string) { w.asked.Store(true) }
 	w.trace.GotConn = func(httptrace.GotConnInfo) { w.got.Store(true) }
-	if clientTraceKey == nil || httptrace.ContextClientTrace(parent) != nil {
-		// The caller traces its requests too: httptrace composes the two
-		// traces, and carries the caller's network hooks.
-		w.Context = httptrace.WithClientTrace(parent, &w.trace)
-	}
-	w.req = *req.WithContext(w)
-	return w, &w.req
-}
-
-// AfterFunc arranges for f to run once the watched context is done: it
-// is the parent's, so that net/http, which derives a context of its own
-// from each request's, follows a bound's through its AfterFunc instead of
-// on a goroutine.
-func (w *connWatch) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(w.Context, f) }
-
-// Value answers httptrace's key with the watch's trace.
-func (w *connWatch) Value(key any) any {
-	if key == clientTraceKey && key != nil {
-		return &w.trace
-	}
-	return w.Context.Value(key)
+	return w, req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace))
 }
 
 // reset forgets the last attempt's connection.
@@ -642,7 +583,7 @@ func drain(body io.ReadCloser) {
 // readProblem reads up to limit bytes of an RFC 9457 problem body and
 // parses them. The body is put back so the caller reads it whole; with
 // idleCut, it is read, here and after, with that stall cut.
-func readProblem(resp *http.Response, limit int64, idleCut *bound) *policy.Problem {
+func readProblem(resp *http.Response, limit int64, idleCut *watch) *policy.Problem {
 	if limit < 0 || resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
