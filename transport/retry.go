@@ -181,227 +181,220 @@ func AttemptFromContext(ctx context.Context) int {
 }
 
 func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
-	c := t.c
 	if req.URL == nil { // nothing to retry: let the base report the error
 		return t.next.RoundTrip(req)
 	}
-	var (
-		body replay // one attempt only: nothing to replay
-		err  error
-	)
-	if c.attempts > 1 {
-		if body, err = newReplay(req, c.bufLimit); err != nil {
-			// The caller's body failed as it was read to be kept: nothing
-			// was sent.
-			err = &policy.BodyError{ContentLength: max(req.ContentLength, -1), Err: errors.Unwrap(err)}
-			return t.giveUp(req, 0, nil, err, policy.Step{Reason: policy.ReasonCallerError})
-		}
-		defer body.finish()
-	} else if c.onAttempt != nil || c.onGiveUp != nil {
-		// No copy of the body is kept, but a free resend can have it
-		// again when it is empty or the caller can make it again.
-		body = replay{none: req.Body == nil || req.Body == http.NoBody, get: req.GetBody}
-	} else {
-		r, err := checkBody(req, false)
-		if err != nil {
-			closeBody(req)
-			return nil, &RetryError{Reason: policy.ReasonCallerError, Err: err}
-		}
-		// An operation still, for OperationOf, and a Hedge beneath may
-		// share the budget.
-		op, r := withOp(r)
-		op.retry = c
-		if c.budget != nil {
-			c.budget.request(req.URL, op.start)
-		}
-		if r.GetBody != nil && !policy.SafeToResend(req, c.keyHeader) {
-			r = withoutGetBody(r, r != req)
-		}
-		resp, err := t.next.RoundTrip(r)
-		if err != nil {
-			// The caller's own body, if it can be had again: see freeResend.
-			b := replay{none: req.Body == nil || req.Body == http.NoBody, get: req.GetBody, noGetBody: r.GetBody == nil}
-			for free := 0; free < maxFreeResends; free++ {
-				again := freeResend(req.Context(), &b, r, 1, err)
-				if again == nil {
-					break
-				}
-				r = again
-				resp, err = t.next.RoundTrip(r)
-			}
-		}
-		answered(resp, r)
-		if err == nil && resp != nil && resp.StatusCode < 400 {
-			op.attempts = 1
-			return resp, nil
-		}
-		if resp == nil && err == nil {
-			err = errNilResponse
-		}
-		return t.end(op, req, 1, 0, resp, err, t.lastStep(req, r, resp, err))
-	}
-	safe := policy.SafeToResend(req, c.keyHeader)
-	// base is what each attempt copies: the caller's request, or a copy
-	// whose context carries the operation, or tells whether a
-	// connection was made, for a request that may be sent again only if
-	// none was.
-	op, base := withOp(req)
-	op.retry = c // a Hedge beneath draws on the same budget
-	ctx := base.Context()
-	if c.budget != nil {
-		c.budget.request(req.URL, op.start)
-	}
-	var watch *connWatch
-	if !safe {
-		if c.attempts > 1 {
-			watch, base = watchConns(base)
-		}
-		// Every attempt goes without GetBody: see withoutGetBody.
-		if base.GetBody != nil {
-			base = withoutGetBody(base, base != req)
-		}
-		body.noGetBody = true
-	}
-
-	var (
-		resp   *http.Response
-		prev   time.Duration
-		waited time.Duration
-		r      = base
-		free   int // free resends made: see freeResend
-	)
-	if body.first != nil {
-		r = body.firstRequest(base)
-	}
-	if r, err = checkBody(r, r != req); err != nil {
-		closeBody(req)
+	o := retryRun{t: t, req: req}
+	r, err := o.begin()
+	if err != nil {
 		return t.giveUp(req, 0, nil, err, policy.Step{Reason: policy.ReasonCallerError})
 	}
-	for n := 1; ; n++ {
-		var start time.Time
-		if c.onAttempt != nil {
-			start = time.Now()
-		}
-		if watch != nil {
-			watch.reset()
-		}
-		resp, err = t.next.RoundTrip(r)
-		if resp == nil && err == nil { // a broken RoundTripper beneath: say so, as http.Client does
-			err = errNilResponse
-		}
-		answered(resp, r)
-		if c.onAttempt != nil {
-			c.onAttempt(attemptEvent(req, n, resp, err, time.Since(start)))
-		}
-		if err != nil && free < maxFreeResends {
-			if again := freeResend(ctx, &body, base, n, err); again != nil {
-				if resp != nil && resp.Body != nil { // a response and an error both: a broken RoundTripper
-					resp.Body.Close()
-				}
-				free++
-				r = again
-				n-- // the same attempt again: a free resend is not counted
-				continue
-			}
-		}
-		if err == nil && resp.StatusCode < 400 && c.defaultCls {
-			op.attempts, op.reason, op.waited = n, "", waited
+	defer o.body.finish()
+	for o.n = 1; ; o.n++ {
+		resp, err := o.send(r)
+		if err == nil && resp.StatusCode < 400 && t.c.defaultCls {
+			o.op.attempts, o.op.reason, o.op.waited = o.n, "", o.waited
 			return resp, nil // success: the fast path
 		}
-		idleCut := idleCut(ctx)
-		var problem *policy.Problem
-		if err == nil && ctx.Err() == nil {
-			problem = readProblem(resp, c.probLimit, idleCut)
+		step, now := o.decide(r, resp, err)
+		if step.Free {
+			if again := o.again(resp); again != nil {
+				r = again
+				o.n-- // the same attempt again: a free resend is not counted
+				continue
+			}
+			o.free = policy.MaxFreeResends // the body cannot be had: decide without it
+			step, now = o.decide(r, resp, err)
 		}
-		now := time.Now()
-		s := policy.State{
-			Outcome: policy.Outcome{
-				Request:      r,
-				Response:     resp,
-				Err:          err,
-				Problem:      problem,
-				Attempt:      n,
-				Keyed:        policy.HasKey(req, c.keyHeader),
-				NotConnected: watch != nil && err != nil && watch.notConnected(),
-				Now:          now,
-			},
-			SafeToResend: safe,
-			Replayable:   body.replayable(),
-			PrevWait:     prev,
-			Done:         context.Cause(ctx),
-		}
-		if dl, ok := deadlineOf(ctx); ok {
-			s.Deadline = dl
-		}
-		attempt := r // not r itself: a closure over it would move it to the heap on every call
-		s.Refused = func(at time.Time) error { return op.refusedAt(attempt, at) }
-		if c.budget != nil {
-			s.Budget = func() bool { return c.budget.retry(req.URL, clockOf(now)) }
-		}
-		step := c.p.Next(s)
 		if !step.Retry {
-			return t.end(op, req, n, waited, resp, err, step)
+			return t.end(o.op, req, o.n, o.waited, resp, err, step)
 		}
-		next, gerr := body.request(base, n+1)
-		if gerr != nil { // GetBody failed: no further attempt can be made
-			return t.end(op, req, n, waited, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
+		next, out, err := o.wait(step, now, resp, err)
+		if next == nil {
+			return out, err
 		}
-		if c.onRetry != nil {
-			e := policy.RetryEvent{Request: req, Attempt: n + 1, Wait: step.Wait, Reason: step.Decision.Reason, Status: status(resp), Err: err}
-			if step.Decision.HasRetryAfter {
-				e.RetryAfter = step.Decision.RetryAfter
-			}
-			c.onRetry(e)
-		}
-		if resp != nil {
-			drain(watchIdle(resp.Body, idleCut))
-		}
-		// The wait runs from the decision, which found that it ends
-		// inside the deadline: the time spent since (draining a slow
-		// error body, the hook) is part of it, not added to it.
-		if serr := sleep(ctx, step.Wait-time.Since(now)); serr != nil {
-			if next.Body != nil {
-				next.Body.Close()
-			}
-			reason := policy.ReasonDeadline
-			if errors.Is(serr, context.Canceled) {
-				reason = policy.ReasonCanceled
-			}
-			return t.end(op, req, n, waited+time.Since(now), nil, serr, policy.Step{Reason: reason})
-		}
-		waited += time.Since(now)
-		if r, err = checkBody(next, true); err != nil {
-			closeBody(next)
-			return t.end(op, req, n, waited, nil, err, policy.Step{Reason: policy.ReasonCallerError})
-		}
-		prev = step.Wait
+		r, o.prev = next, step.Wait
 	}
 }
 
-// lastStep is [policy.Retry.Next]'s decision on the one attempt r of
-// req that a Retry with MaxAttempts 1 made: the reason it gives is the
-// one the attempt loop gives for the same outcome.
-func (t *retrier) lastStep(req, r *http.Request, resp *http.Response, err error) policy.Step {
-	c := t.c
-	ctx := req.Context()
-	var problem *policy.Problem
-	if err == nil && ctx.Err() == nil {
-		problem = readProblem(resp, c.probLimit, idleCut(r.Context()))
+// retryRun is one operation through Retry: what its attempts share.
+type retryRun struct {
+	t      *retrier
+	req    *http.Request // the caller's
+	base   *http.Request // what each attempt copies
+	op     *operation
+	ctx    context.Context
+	body   replay
+	watch  *connWatch // whether an attempt got a connection: for a request not safe to resend
+	safe   bool
+	n      int // the attempt's number
+	free   int // free resends made
+	prev   time.Duration
+	waited time.Duration
+}
+
+// begin prepares the operation and returns its first attempt: it keeps
+// the caller's body for replay, joins the operation (a Hedge beneath
+// draws on the same budget), and strips GetBody from a request that is
+// not safe to send again (see withoutGetBody).
+func (o *retryRun) begin() (*http.Request, error) {
+	c, req := o.t.c, o.req
+	if c.attempts > 1 {
+		var err error
+		if o.body, err = newReplay(req, c.bufLimit); err != nil {
+			// The caller's body failed as it was read to be kept: nothing
+			// was sent.
+			return nil, &policy.BodyError{ContentLength: max(req.ContentLength, -1), Err: errors.Unwrap(err)}
+		}
+	} else {
+		// No copy of the body is kept, but a free resend can have it
+		// again when it is empty or the caller can make it again.
+		o.body = replay{none: req.Body == nil || req.Body == http.NoBody, get: req.GetBody}
 	}
+	o.safe = policy.SafeToResend(req, c.keyHeader)
+	o.op, o.base = withOp(req)
+	o.op.retry = c
+	o.ctx = o.base.Context()
+	if c.budget != nil {
+		c.budget.request(req.URL, o.op.start)
+	}
+	if !o.safe {
+		if c.attempts > 1 {
+			o.watch, o.base = watchConns(o.base)
+		}
+		if o.base.GetBody != nil {
+			o.base = withoutGetBody(o.base, o.base != req)
+		}
+		o.body.noGetBody = true
+	}
+	r := o.base
+	if o.body.first != nil {
+		r = o.body.firstRequest(o.base)
+	}
+	r, err := checkBody(r, r != req)
+	if err != nil {
+		closeBody(req)
+		o.body.finish()
+	}
+	return r, err
+}
+
+// send makes one attempt, r, and tells the hooks.
+func (o *retryRun) send(r *http.Request) (*http.Response, error) {
+	c := o.t.c
+	var start time.Time
+	if c.onAttempt != nil {
+		start = time.Now()
+	}
+	if o.watch != nil {
+		o.watch.reset()
+	}
+	resp, err := o.t.next.RoundTrip(r)
+	if resp == nil && err == nil { // a broken RoundTripper beneath: say so, as http.Client does
+		err = errNilResponse
+	}
+	answered(resp, r)
+	if c.onAttempt != nil {
+		c.onAttempt(attemptEvent(o.req, o.n, resp, err, time.Since(start)))
+	}
+	return resp, err
+}
+
+// decide asks [policy.Retry.Next] what follows attempt r's outcome.
+func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (policy.Step, time.Time) {
+	c := o.t.c
+	var problem *policy.Problem
+	if err == nil && o.ctx.Err() == nil {
+		problem = readProblem(resp, c.probLimit, idleCut(o.ctx))
+	}
+	now := time.Now()
 	s := policy.State{
 		Outcome: policy.Outcome{
-			Request:  r,
-			Response: resp,
-			Err:      err,
-			Problem:  problem,
-			Attempt:  1,
-			Keyed:    policy.HasKey(req, c.keyHeader),
-			Now:      time.Now(),
+			Request:      r,
+			Response:     resp,
+			Err:          err,
+			Problem:      problem,
+			Attempt:      o.n,
+			Keyed:        policy.HasKey(o.req, c.keyHeader),
+			NotConnected: o.watch != nil && err != nil && o.watch.notConnected(),
+			Now:          now,
 		},
-		SafeToResend: policy.SafeToResend(req, c.keyHeader),
-		Done:         context.Cause(ctx),
+		SafeToResend: o.safe,
+		Replayable:   o.body.replayable(),
+		PrevWait:     o.prev,
+		Done:         context.Cause(o.ctx),
+		FreeResends:  o.free,
 	}
-	return c.p.Next(s)
+	if dl, ok := deadlineOf(o.ctx); ok {
+		s.Deadline = dl
+	}
+	op := o.op
+	s.Refused = func(at time.Time) error { return op.refusedAt(r, at) }
+	if c.budget != nil {
+		u := o.req.URL
+		s.Budget = func() bool { return c.budget.retry(u, clockOf(now)) }
+	}
+	return c.p.Next(s), now
+}
+
+// again returns the request of a free resend, nil when its body cannot
+// be had again.
+func (o *retryRun) again(resp *http.Response) *http.Request {
+	r, err := o.body.request(o.base, o.n)
+	if err != nil {
+		return nil
+	}
+	if r, err = checkBody(r, true); err != nil {
+		closeBody(r)
+		return nil
+	}
+	if resp != nil && resp.Body != nil { // a response and an error both: a broken RoundTripper
+		resp.Body.Close()
+	}
+	o.free++
+	return r
+}
+
+// wait carries out a step that retries: it makes the next attempt's
+// request, drains the failed response and waits. When it returns no
+// request, the operation ends with what it returns.
+func (o *retryRun) wait(step policy.Step, now time.Time, resp *http.Response, err error) (*http.Request, *http.Response, error) {
+	t, c := o.t, o.t.c
+	next, gerr := o.body.request(o.base, o.n+1)
+	if gerr != nil { // GetBody failed: no further attempt can be made
+		resp, err = t.end(o.op, o.req, o.n, o.waited, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
+		return nil, resp, err
+	}
+	if c.onRetry != nil {
+		e := policy.RetryEvent{Request: o.req, Attempt: o.n + 1, Wait: step.Wait, Reason: step.Decision.Reason, Status: status(resp), Err: err}
+		if step.Decision.HasRetryAfter {
+			e.RetryAfter = step.Decision.RetryAfter
+		}
+		c.onRetry(e)
+	}
+	if resp != nil {
+		drain(watchIdle(resp.Body, idleCut(o.ctx)))
+	}
+	// The wait runs from the decision, which found that it ends inside
+	// the deadline: the time spent since (draining a slow error body,
+	// the hook) is part of it, not added to it.
+	if serr := sleep(o.ctx, step.Wait-time.Since(now)); serr != nil {
+		closeBody(next)
+		reason := policy.ReasonDeadline
+		if errors.Is(serr, context.Canceled) {
+			reason = policy.ReasonCanceled
+		}
+		resp, err := t.end(o.op, o.req, o.n, o.waited+time.Since(now), nil, serr, policy.Step{Reason: reason})
+		return nil, resp, err
+	}
+	o.waited += time.Since(now)
+	r, cerr := checkBody(next, true)
+	if cerr != nil {
+		closeBody(next)
+		resp, err := t.end(o.op, o.req, o.n, o.waited, nil, cerr, policy.Step{Reason: policy.ReasonCallerError})
+		return nil, resp, err
+	}
+	return r, nil, nil
 }
 
 // end ends an operation after n attempts (the last refused unsent, when
@@ -469,40 +462,6 @@ func withoutGetBody(r *http.Request, own bool) *http.Request {
 	}
 	r.GetBody = nil
 	return r
-}
-
-// maxFreeResends bounds the free resends of one operation (see
-// freeResend): a server that refuses every stream is not asked forever,
-// and its outcome then goes to the policy like any other.
-const maxFreeResends = 3
-
-// freeResend returns the request to send again at once, as the same
-// attempt, after err: nil unless err proves that the server did not
-// process the request ([policy.NotProcessed]) and body can be given
-// again. net/http would have made this replay itself, had the attempt
-// carried GetBody: it returns such an error only when it made none, so
-// the request goes again once, never twice. base is what the attempt
-// copies; n is its number.
-func freeResend(ctx context.Context, body *replay, base *http.Request, n int, err error) *http.Request {
-	if ctx.Err() != nil {
-		return nil
-	}
-	if _, ok := policy.NotProcessed(err); !ok {
-		return nil
-	}
-	if !body.none && body.get == nil {
-		return nil
-	}
-	r, gerr := body.request(base, n)
-	if gerr != nil {
-		return nil
-	}
-	checked, gerr := checkBody(r, true)
-	if gerr != nil {
-		closeBody(r)
-		return nil
-	}
-	return checked
 }
 
 // closeBody closes r's body, as a RoundTripper must even when it sends
