@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sturdyhttp/sturdy/internal/lex"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -234,20 +235,28 @@ func isStream(resp *http.Response) bool { return isStreamType(streamMediaType(re
 
 // isStreamType reports whether ct, a streamMediaType, names a stream.
 func isStreamType(ct string) bool {
+	_, ok := streamFormat(ct)
+	return ok
+}
+
+// streamFormat looks ct, a streamMediaType, up in the one list of
+// stream media types: ok reports a stream, and f how its events are
+// framed when its first event can be told (0 otherwise).
+func streamFormat(ct string) (f lex.EventFormat, ok bool) {
 	if ct == "" {
-		return false
+		return 0, false // text/plain, application/json: no compare needed
 	}
 	for _, s := range streamTypes {
-		if len(ct) == len(s) && strings.EqualFold(ct, s) {
-			return true
+		if len(ct) == len(s.ct) && strings.EqualFold(ct, s.ct) {
+			return s.f, true
 		}
 	}
 	for _, p := range streamPrefixes {
 		if len(ct) > len(p) && strings.EqualFold(ct[:len(p)], p) {
-			return true
+			return 0, true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // streamMediaType returns resp's media type (its Content-Type without
@@ -272,21 +281,26 @@ func streamMediaType(resp *http.Response) string {
 	return ct
 }
 
-var streamTypes = [...]string{
-	"text/event-stream",
-	"application/x-ndjson",
-	"application/ndjson",
-	"application/jsonl",
-	"application/x-jsonl",
-	"application/jsonlines",
-	"application/x-jsonlines",
-	"application/json-seq",
-	"application/stream+json",
-	"application/x-json-stream",
-	"multipart/x-mixed-replace",
-	"application/grpc",
-	"application/grpc-web",
-	"application/vnd.amazon.eventstream",
+// streamTypes are the media types of streams, with how the events of
+// those whose first event [FirstEvent] can tell are framed.
+var streamTypes = [...]struct {
+	ct string
+	f  lex.EventFormat
+}{
+	{"text/event-stream", lex.SSE},
+	{"application/x-ndjson", lex.NDJSON},
+	{"application/ndjson", lex.NDJSON},
+	{"application/jsonl", lex.NDJSON},
+	{"application/x-jsonl", lex.NDJSON},
+	{"application/jsonlines", lex.NDJSON},
+	{"application/x-jsonlines", lex.NDJSON},
+	{"application/json-seq", 0},
+	{"application/stream+json", 0},
+	{"application/x-json-stream", 0},
+	{"multipart/x-mixed-replace", 0},
+	{"application/grpc", 0},
+	{"application/grpc-web", 0},
+	{"application/vnd.amazon.eventstream", 0},
 }
 
 var streamPrefixes = [...]string{

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -139,27 +138,8 @@ func bodyDone(req *http.Request) bool {
 // events when it is a stream whose first event can be told: server-sent
 // events or NDJSON (JSON Lines included); 0 for any other response.
 func formatOf(ct string) lex.EventFormat {
-	if ct == "" {
-		return 0 // text/plain, application/json: no parsing needed
-	}
-	if len(ct) == len("text/event-stream") && strings.EqualFold(ct, "text/event-stream") {
-		return lex.SSE
-	}
-	for _, s := range ndjsonTypes {
-		if len(ct) == len(s) && strings.EqualFold(ct, s) {
-			return lex.NDJSON
-		}
-	}
-	return 0
-}
-
-var ndjsonTypes = [...]string{
-	"application/x-ndjson",
-	"application/ndjson",
-	"application/jsonl",
-	"application/x-jsonl",
-	"application/jsonlines",
-	"application/x-jsonlines",
+	f, _ := streamFormat(ct)
+	return f
 }
 
 // readAhead reads resp's body until its first content event, and hands
