@@ -35,8 +35,11 @@ const (
 // layers, outermost first, are [LayerIdempotencyKey], [LayerTimeout],
 // [LayerRetry], [LayerRateLimit], [LayerBreaker], [LayerFirstEvent] and
 // [LayerAttemptTimeout]. [LayerIdleTimeout] and [LayerRetryBudget] are
-// parts of layers. Hedge and Throttle are off unless their settings are
-// set.
+// parts of layers. [LayerHedge] and [LayerThrottle] switch off a Hedge or
+// Throttle whose settings are set (they are off while their settings are
+// nil). A negative duration, a negative Hedge.MaxHedges and
+// DisableRetryBudget still switch their part off, as before; Disable is
+// the spelling to use.
 type Layer uint16
 
 // Each Layer constant is declared on its own so that go doc lists them all.
@@ -70,6 +73,12 @@ const LayerRetryBudget Layer = 1 << 8
 // LayerFirstEvent is [FirstEvent]. Without it, streams are handed back at
 // their headers, as with a negative Options.FirstEventTimeout.
 const LayerFirstEvent Layer = 1 << 9
+
+// LayerHedge is [Hedge], when Options.Hedge is set.
+const LayerHedge Layer = 1 << 10
+
+// LayerThrottle is [Throttle], when Options.Throttle is set.
+const LayerThrottle Layer = 1 << 11
 
 // Options configures [New]. The zero value is the recommended stack. Each
 // field says its default.
@@ -342,7 +351,7 @@ func (p *parts) retry() Middleware {
 
 func (p *parts) hedge() Middleware {
 	o, h := p.o, p.o.Hooks
-	if o.Hedge == nil {
+	if o.Hedge == nil || !p.on(LayerHedge) {
 		return nil
 	}
 	hp := *o.Hedge
@@ -366,7 +375,7 @@ func (p *parts) hedge() Middleware {
 }
 
 func (p *parts) throttle() Middleware {
-	if p.o.Throttle == nil {
+	if p.o.Throttle == nil || !p.on(LayerThrottle) {
 		return nil
 	}
 	return throttleMiddleware(p.o.Throttle, p.o.Hooks.OnThrottle)
@@ -406,7 +415,7 @@ func (p *parts) firstEvent() Middleware {
 	if !p.on(LayerFirstEvent) {
 		return nil
 	}
-	return firstEventMiddleware(o.FirstEventTimeout, p.idle, o.Stream, p.on(LayerRetry) || o.Hedge != nil, o.Hooks.OnStreamCommit)
+	return firstEventMiddleware(o.FirstEventTimeout, p.idle, o.Stream, p.on(LayerRetry) || o.Hedge != nil && p.on(LayerHedge), o.Hooks.OnStreamCommit)
 }
 
 // attempt is the attempt bound. It stays in place with no
