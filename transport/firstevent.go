@@ -211,9 +211,26 @@ func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f l
 			}
 			break
 		}
-		switch {
-		case rerr == io.EOF && c.judge:
+		if rerr == io.EOF && c.judge {
+			// The end of the stream: an NDJSON record at EOF needs no
+			// line end; a stream that carried nothing at all is a
+			// complete empty result, handed back as a success; one that
+			// opened and ended before its content is a failed attempt.
+			if ev, ok := sc.Finish(a.buf); ok {
+				v := c.s.Judge(ev.Name, ev.Data)
+				switch {
+				case v.Kind == policy.EventContent || v.Final:
+					return a.commit(resp), nil
+				case v.Kind == policy.EventError:
+					return a.fail(req, resp, v.Status, "stream error event "+v.Type), nil
+				}
+			}
+			if sc.Blank() {
+				return a.commit(resp), nil
+			}
 			return a.fail(req, resp, http.StatusBadGateway, "stream ended before its first event"), nil
+		}
+		switch {
 		case rerr == io.EOF, len(a.buf) >= maxAhead:
 			return a.commit(resp), nil
 		case rerr != nil:
@@ -266,6 +283,12 @@ const (
 // failed; once one is committed it stays off.
 func holdDeadline(ctx context.Context) *boundCtx {
 	c, ok := ctx.Value(boundCtxKey{}).(*boundCtx)
+	// A bound with no deadline of its own between (a hedge copy's, which
+	// only cancels the copy) is looked through: the Timeout bound is above
+	// it.
+	for ok && c.b.mode != boundOperation && c.b.d == 0 {
+		c, ok = c.parent.Value(boundCtxKey{}).(*boundCtx)
+	}
 	if !ok || c.b.mode != boundOperation {
 		return nil
 	}
