@@ -52,7 +52,6 @@ type EventScanner struct {
 // bom is the UTF-8 byte-order mark, which an SSE stream may start with.
 const bom = "\xef\xbb\xbf"
 
-
 // Next returns the next complete event in buf[:len(buf)], which must
 // begin with the bytes of every earlier call. It reports false when buf
 // holds no further complete event yet. An SSE event with no data line is
