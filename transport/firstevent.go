@@ -34,7 +34,11 @@ const aheadChunk = 4 << 10
 //     ([policy.StreamErrorStatus]). The attempt's response carries that
 //     status, and Retry and Hedge try again under their usual rules. A
 //     request not safe to send twice goes again only after a rate limit.
-//   - An end before any content event is judged as a 502.
+//   - An end after the stream opened (a comment, a ping, a preamble, an
+//     SSE event cut before its blank line) and before any content event
+//     is judged as a 502. An NDJSON record at the end needs no final
+//     newline. A stream with no event at all (empty, or blank lines only)
+//     is a complete, empty answer, handed back as a success.
 //   - A stall past timeout is a [*ResponseBodyError] wrapping a
 //     [*DeadlineError] named "FirstEventTimeout". The connection is
 //     closed.
