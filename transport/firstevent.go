@@ -125,8 +125,9 @@ func (t *firstEvent) RoundTrip(req *http.Request) (*http.Response, error) {
 // event ended, for [Hooks].OnStreamCommit.
 type StreamEvent struct {
 	Request *http.Request // the attempt's request
-	// Committed reports that a content event came: the stream was
-	// handed back, and nothing of it is sent again.
+	// Committed reports that a content event came, or that the stream
+	// ended complete and empty: the stream was handed back, and nothing
+	// of it is sent again.
 	Committed bool
 	// Status is the response's status: the stream's own when committed,
 	// else the status an error event or an early end stands for.
