@@ -93,8 +93,9 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	w := &bo.w
 	if ps != nil {
-		bo.s.op, w.up = ps.op, ps.bound
-	} else {
+		bo.s, w.up = *ps, ps.bound
+	}
+	if bo.s.op == nil {
 		bo.op.start = now
 		bo.s.op = &bo.op
 	}

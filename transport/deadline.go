@@ -82,8 +82,11 @@ func (t *bound) hard(req *http.Request) (*http.Response, error) {
 		return t.next.RoundTrip(req) // the caller's own deadline comes first
 	}
 	ctx, cancel := context.WithDeadlineCause(parent, dl, t.l.dlErr)
-	if scopeOf(parent) == nil { // the first sturdy layer makes the operation
+	if ps := scopeOf(parent); ps == nil || ps.op == nil { // the first sturdy layer makes the operation
 		o := &opScope{}
+		if ps != nil {
+			o.s = *ps
+		}
 		o.op.start = clockOf(time.Now())
 		o.s.op = &o.op
 		ctx = context.WithValue(ctx, opKey{}, &o.s)

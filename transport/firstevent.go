@@ -287,7 +287,7 @@ func judgedStream(req *http.Request, resp *http.Response, buf []byte, body io.Re
 	if resp.Request != nil {
 		base = resp.Request
 	}
-	j.Request = base.WithContext(context.WithValue(base.Context(), heldKey{}, h))
+	j.Request = base.WithContext(withScope(base.Context(), func(s *scope) { s.held = h }))
 	return &j
 }
 
@@ -299,8 +299,6 @@ type heldStream struct {
 	body   *aheadBody
 }
 
-type heldKey struct{}
-
 // restoreStream hands back, in place of a stream judged a failed
 // attempt, the stream as it came: its status, and a body that reads
 // every byte (the one resp has, which may be wrapped by layers between,
@@ -311,8 +309,12 @@ func restoreStream(resp *http.Response) *http.Response {
 	if resp == nil || resp.StatusCode < 400 || resp.Request == nil {
 		return resp
 	}
-	h, ok := resp.Request.Context().Value(heldKey{}).(*heldStream)
-	if !ok || h.status != resp.StatusCode || h.body.open.Load() {
+	s := scopeOf(resp.Request.Context())
+	if s == nil {
+		return resp
+	}
+	h := s.held
+	if h == nil || h.status != resp.StatusCode || h.body.open.Load() {
 		return resp
 	}
 	h.body.open.Store(true)

@@ -117,16 +117,16 @@ func (t *hedger) out(req *http.Request, resp *http.Response, err error) (*http.R
 
 func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
 
-type hedgeCopyKey struct{}
-
 // HedgeCopyFromContext returns which copy of a hedged request a request
 // is, as set by [Hedge] on each copy's context: 1 for the first copy, 2
 // for the first hedge, and so on; 0 for a request that no hedge race
 // sent. RoundTrippers beneath Hedge, such as a tracing transport, can
 // use it; a copy's attempt is [AttemptFromContext].
 func HedgeCopyFromContext(ctx context.Context) int {
-	n, _ := ctx.Value(hedgeCopyKey{}).(int)
-	return n
+	if s := scopeOf(ctx); s != nil {
+		return s.copy
+	}
+	return 0
 }
 
 // hedgeCopy is one copy of a hedged request.
@@ -147,7 +147,7 @@ type hedgeCopy struct {
 // it from ctx (nil when ctx never ends). It keeps ctx's values and its
 // deadline; ctx's end reaches it until it is detached.
 func copyContext(ctx context.Context, i int) (context.Context, context.CancelCauseFunc, func() bool) {
-	base := context.WithValue(ctx, hedgeCopyKey{}, i)
+	base := withScope(ctx, func(s *scope) { s.copy = i })
 	if ctx.Done() == nil {
 		c, cancel := context.WithCancelCause(base)
 		return c, cancel, nil

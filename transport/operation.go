@@ -43,11 +43,28 @@ type operation struct {
 	waited   time.Duration
 }
 
-// scope is the value under opKey: the operation, and the innermost bound
-// above the layer that reads it.
+// scope is the value under opKey: the operation as the layer that reads
+// it sees it. A layer that adds to it (a bound, an attempt, a hedge copy,
+// a Throttle, a judged stream) puts a copy with its part set under the
+// same key.
 type scope struct {
-	op    *operation
-	bound *watch // nil when no bound of New is above
+	op        *operation
+	bound     *watch      // the innermost bound of New above; nil: none
+	attempt   int         // the attempt's number (see AttemptFromContext); 0: the first
+	copy      int         // the hedge copy's number (see HedgeCopyFromContext); 0: none
+	throttled bool        // a Throttle above passed the request
+	held      *heldStream // the stream a failed attempt holds (see restoreStream)
+}
+
+// withScope returns ctx with a copy of its scope (an empty one when it
+// has none) changed by set.
+func withScope(ctx context.Context, set func(*scope)) context.Context {
+	s := &scope{}
+	if p := scopeOf(ctx); p != nil {
+		*s = *p
+	}
+	set(s)
+	return context.WithValue(ctx, opKey{}, s)
 }
 
 type opKey struct{}
@@ -75,10 +92,14 @@ type opScope struct {
 // withOp returns req's operation, and req with it: req itself when its
 // context carries one, else a copy whose context carries a new one.
 func withOp(req *http.Request) (*operation, *http.Request) {
-	if op := opOf(req.Context()); op != nil {
-		return op, req
+	ps := scopeOf(req.Context())
+	if ps != nil && ps.op != nil {
+		return ps.op, req
 	}
 	o := &opScope{}
+	if ps != nil {
+		o.s = *ps
+	}
 	o.op.start = clockNow()
 	o.s.op = &o.op
 	return &o.op, req.WithContext(context.WithValue(req.Context(), opKey{}, &o.s))

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -116,7 +115,7 @@ func (b *replay) firstRequest(req *http.Request) *http.Request {
 // request makes attempt n's request: a copy of req whose context says
 // which attempt it is, with a fresh body.
 func (b *replay) request(req *http.Request, n int) (*http.Request, error) {
-	r := req.WithContext(context.WithValue(req.Context(), attemptKey{}, n))
+	r := req.WithContext(withScope(req.Context(), func(s *scope) { s.attempt = n }))
 	if b.none {
 		return r, nil
 	}

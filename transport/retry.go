@@ -166,16 +166,14 @@ func (e *RetryError) Timeout() bool {
 
 var errNilResponse = errors.New("transport: RoundTripper returned a nil *Response with a nil error")
 
-type attemptKey struct{}
-
 // AttemptFromContext returns the number of the attempt a request belongs
 // to, as [Retry] sets it. The first attempt is 1, the first retry 2, and so
 // on. It returns 1 for a request that did not pass through Retry.
 // RoundTrippers beneath Retry and hooks can use it, such as an SDK's logging
 // transport.
 func AttemptFromContext(ctx context.Context) int {
-	if n, ok := ctx.Value(attemptKey{}).(int); ok {
-		return n
+	if s := scopeOf(ctx); s != nil && s.attempt > 0 {
+		return s.attempt
 	}
 	return 1
 }

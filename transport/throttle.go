@@ -110,18 +110,17 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-type throttledKey struct{}
-
 // mark returns a copy of req marked as passed by a Throttle, so that a
 // Breaker beneath leaves the answers of an overloaded server (503, 529)
 // to it. A mark on the request, not on the layer: a Breaker that some
 // requests reach by another way (a router above it) still counts theirs.
 func (t *throttler) mark(req *http.Request) *http.Request {
-	return req.WithContext(context.WithValue(req.Context(), throttledKey{}, true))
+	return req.WithContext(withScope(req.Context(), func(s *scope) { s.throttled = true }))
 }
 
 // throttledAbove reports whether a Throttle above marked the request
 // whose context is ctx.
 func throttledAbove(ctx context.Context) bool {
-	return ctx.Value(throttledKey{}) != nil
+	s := scopeOf(ctx)
+	return s != nil && s.throttled
 }
