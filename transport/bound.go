@@ -69,9 +69,9 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	parent := req.Context()
 	readMax := t.readMax
 	if t.mode == boundHeaders {
-		if readBodyUsed.Load() { // else no context carries the key
-			if v, ok := parent.Value(readBodyKey{}).(int64); ok {
-				readMax = v
+		if readBodyUsed.Load() { // else no context carries a limit
+			if s := scopeOf(parent); s != nil && s.readBody != 0 {
+				readMax = s.readBody
 			}
 		}
 		if t.l.d == 0 && readMax <= 0 {
@@ -310,11 +310,8 @@ var streamPrefixes = [...]string{
 	"application/connect+", // Connect's streaming protocol
 }
 
-// readBodyKey is the context key of [WithReadBody].
-type readBodyKey struct{}
-
-// readBodyUsed is set once WithReadBody has made a context with the
-// key: until then the attempt bound need not look for it, which costs a
+// readBodyUsed is set once WithReadBody has made a context with a
+// limit: until then the attempt bound need not look for it, which costs a
 // walk up the request's context chain.
 var readBodyUsed atomic.Bool
 
@@ -329,7 +326,7 @@ func WithReadBody(ctx context.Context, limit int64) context.Context {
 	if !readBodyUsed.Load() {
 		readBodyUsed.Store(true)
 	}
-	return context.WithValue(ctx, readBodyKey{}, limit)
+	return withScope(ctx, func(s *scope) { s.readBody = limit })
 }
 
 // readInAttempt reads resp's body (under its bound, b) up to limit bytes

@@ -54,6 +54,7 @@ type scope struct {
 	copy      int         // the hedge copy's number (see HedgeCopyFromContext); 0: none
 	throttled bool        // a Throttle above passed the request
 	held      *heldStream // the stream a failed attempt holds (see restoreStream)
+	readBody  int64       // WithReadBody's limit; 0: the stack's
 }
 
 // withScope returns ctx with a copy of its scope (an empty one when it
