@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"strconv"
@@ -40,7 +41,7 @@ const (
 type bound struct {
 	next    http.RoundTripper
 	mode    boundMode
-	l       limits
+	l       timecut.Limits
 	readMax int64 // boundHeaders: read bodies up to this many bytes in the attempt (0: not unless asked per request)
 }
 
@@ -55,7 +56,7 @@ func (t *bound) CloseIdleConnections() { closeIdle(t.next) }
 // operation, when no layer above made one), the request copy and the
 // response body's wrapper.
 type boundOp struct {
-	w    watch
+	w    timecut.Watch
 	s    scope
 	op   operation
 	req  http.Request
@@ -74,18 +75,18 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 				readMax = s.readBody
 			}
 		}
-		if t.l.d == 0 && readMax <= 0 {
+		if t.l.D == 0 && readMax <= 0 {
 			return t.next.RoundTrip(req)
 		}
 	}
-	now := clockNow()
+	now := timecut.Now()
 	ps := scopeOf(parent)
-	watchBody := t.l.idle > 0 && (t.mode == boundOperation || readMax > 0)
+	watchBody := t.l.Idle > 0 && (t.mode == boundOperation || readMax > 0)
 	if pdl, ok := deadlineOfScope(parent, ps); ok && readMax <= 0 {
 		// A deadline above comes before anything this bound could cut:
 		// it has nothing to add.
-		left := pdl.Sub(clockTime(now))
-		if (t.l.d == 0 || left <= t.l.d) && (!watchBody || left <= t.l.idle) {
+		left := pdl.Sub(timecut.Time(now))
+		if (t.l.D == 0 || left <= t.l.D) && (!watchBody || left <= t.l.Idle) {
 			return t.next.RoundTrip(req)
 		}
 	}
@@ -93,45 +94,45 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	w := &bo.w
 	if ps != nil {
-		bo.s, w.up = *ps, ps.bound
+		bo.s, w.Up = *ps, ps.bound
 	}
 	if bo.s.op == nil {
 		bo.op.start = now
 		bo.s.op = &bo.op
 	}
 	bo.s.bound = w
-	w.start(&t.l, now, cancel)
+	w.Start(&t.l, now, cancel)
 	bo.req = *req.WithContext(context.WithValue(ctx, opKey{}, &bo.s))
 	resp, err := t.next.RoundTrip(&bo.req)
 	if err != nil || resp == nil {
 		if err != nil {
-			w.settle() // a failure after the deadline is the deadline's
+			w.Settle() // a failure after the deadline is the deadline's
 		}
-		if cut := w.release(); cut != nil && err != nil {
+		if cut := w.Release(); cut != nil && err != nil {
 			err = cut
 		}
 		return resp, err
 	}
 	body := resp.Body
 	if body == nil || body == http.NoBody {
-		w.release()
+		w.Release()
 		return resp, nil
 	}
 	if rw, ok := body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		w.bodyStarts(false, false) // an upgraded connection is neither bounded nor cut
+		w.BodyStarts(false, false) // an upgraded connection is neither bounded nor cut
 		resp.Body = &boundBodyRW{boundBody{rc: rw, w: w}, rw}
 		return resp, nil
 	}
 	bo.body = boundBody{rc: body, w: w}
 	switch t.mode {
 	case boundOperation:
-		w.bodyStarts(!isStream(resp), true)
+		w.BodyStarts(!isStream(resp), true)
 	case boundHeaders:
 		if readMax > 0 && !isStream(resp) {
-			w.bodyStarts(false, true)
+			w.BodyStarts(false, true)
 			return readInAttempt(resp, &bo.body, readMax)
 		}
-		w.bodyStarts(false, false)
+		w.BodyStarts(false, false)
 	}
 	resp.Body = &bo.body
 	return resp, nil
@@ -142,18 +143,18 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 // Close, and an error caused by a cut is the cut's [*DeadlineError].
 type boundBody struct {
 	rc io.ReadCloser
-	w  *watch
+	w  *timecut.Watch
 	wr io.Writer // where WriteTo writes
 }
 
 func (b *boundBody) Read(p []byte) (int, error) {
-	b.w.enter()
+	b.w.Enter()
 	n, err := b.rc.Read(p)
-	b.w.leave()
+	b.w.Leave()
 	if err != nil {
 		if err == io.EOF {
-			b.w.release()
-		} else if cut := b.w.settle(); cut != nil {
+			b.w.Release()
+		} else if cut := b.w.Settle(); cut != nil {
 			err = cut
 		}
 	}
@@ -171,12 +172,12 @@ func (b *boundBody) WriteTo(w io.Writer) (int64, error) {
 		return io.Copy(w, (*bodyReader)(b))
 	}
 	b.wr = w
-	b.w.enter()
+	b.w.Enter()
 	n, err := wt.WriteTo((*bodyWriter)(b))
-	b.w.leave()
+	b.w.Leave()
 	if err == nil {
-		b.w.release()
-	} else if cut := b.w.settle(); cut != nil {
+		b.w.Release()
+	} else if cut := b.w.Settle(); cut != nil {
 		err = cut
 	}
 	return n, err
@@ -193,24 +194,24 @@ func (r *bodyReader) Read(p []byte) (int, error) { return (*boundBody)(r).Read(p
 type bodyWriter boundBody
 
 func (b *bodyWriter) Write(p []byte) (int, error) {
-	b.w.leave()
+	b.w.Leave()
 	n, err := b.wr.Write(p)
-	b.w.enter()
+	b.w.Enter()
 	return n, err
 }
 
 // WriteString keeps a body that writes strings (a strings.Reader) from
 // copying them.
 func (b *bodyWriter) WriteString(s string) (int, error) {
-	b.w.leave()
+	b.w.Leave()
 	n, err := io.WriteString(b.wr, s)
-	b.w.enter()
+	b.w.Enter()
 	return n, err
 }
 
 func (b *boundBody) Close() error {
 	err := b.rc.Close()
-	b.w.release()
+	b.w.Release()
 	return err
 }
 

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -305,7 +303,7 @@ func TestBoundDeadlineIsStartPlusTimeout(t *testing.T) {
 	}
 	t.Run("bubble", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			time.Sleep(90 * time.Minute) // the bubble's clock, far from clockBase's
+			time.Sleep(90 * time.Minute) // the bubble's clock, far from timecut.Base's
 			before, _, dl := deadlineOf(t)
 			if want := before.Add(timeout); !dl.Equal(want) {
 				t.Errorf("deadline %v, want %v", dl, want)
@@ -324,53 +322,4 @@ func TestBoundDeadlineIsStartPlusTimeout(t *testing.T) {
 			t.Errorf("time.Until(deadline) = %v, want in (0, %v]", left, timeout)
 		}
 	})
-}
-
-// The ways a bound's watch ends, raced: a watch whose deadline is a
-// microsecond or two is released, settled, held and handed its body
-// while its timer fires, from several goroutines. Its cut runs once,
-// and what it reports agrees with how it ended. Run it with -race.
-// (Ported: the bounds' contexts are now the standard library's, whose
-// races are its own; what is sturdy's is the watch that ends them.)
-func TestBoundCtxConcurrentEnds(t *testing.T) {
-	for i := 0; i < 3000; i++ {
-		l := newLimits(time.Duration(i%3+1)*time.Microsecond, time.Duration(i%2)*time.Millisecond, boundTimeout)
-		w := &watch{}
-		var cuts atomic.Int32
-		var last atomic.Value
-		w.start(&l, clockNow(), func(err error) {
-			if err != nil {
-				last.Store(err)
-			}
-			cuts.Add(1)
-		})
-		var wg sync.WaitGroup
-		wg.Add(5)
-		go func() { defer wg.Done(); w.release() }()
-		go func() { defer wg.Done(); w.settle() }()
-		go func() { defer wg.Done(); w.bodyStarts(i%2 == 0, true) }()
-		go func() {
-			defer wg.Done()
-			if w.hold() {
-				w.unhold(i%3 == 0)
-			}
-		}()
-		go func() { defer wg.Done(); w.deadline() }()
-		wg.Wait()
-		w.release()
-		// The timer's goroutine may be running the cut still.
-		for deadline := time.Now().Add(5 * time.Second); cuts.Load() == 0 && time.Now().Before(deadline); {
-			time.Sleep(time.Microsecond)
-		}
-		if n := cuts.Load(); n != 1 {
-			t.Fatalf("iteration %d: the cut ran %d times, want once", i, n)
-		}
-		err := w.cutErr()
-		if got, _ := last.Load().(error); got != err {
-			t.Fatalf("iteration %d: the cut was given %v, the watch reports %v", i, got, err)
-		}
-		if err != nil && err != l.dlErr && err != l.idleErr {
-			t.Fatalf("iteration %d: cut by %v, not one of its limits", i, err)
-		}
-	}
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"time"
@@ -77,29 +78,29 @@ func (e *DeadlineError) Timeout() bool { return true }
 // released with the response body, as net/http's Client.Timeout does.
 func (t *bound) hard(req *http.Request) (*http.Response, error) {
 	parent := req.Context()
-	dl := time.Now().Add(t.l.d)
+	dl := time.Now().Add(t.l.D)
 	if pdl, ok := parent.Deadline(); ok && !pdl.After(dl) {
 		return t.next.RoundTrip(req) // the caller's own deadline comes first
 	}
-	ctx, cancel := context.WithDeadlineCause(parent, dl, t.l.dlErr)
+	ctx, cancel := context.WithDeadlineCause(parent, dl, t.l.DlErr)
 	if ps := scopeOf(parent); ps == nil || ps.op == nil { // the first sturdy layer makes the operation
 		o := &opScope{}
 		if ps != nil {
 			o.s = *ps
 		}
-		o.op.start = clockOf(time.Now())
+		o.op.start = timecut.Of(time.Now())
 		o.s.op = &o.op
 		ctx = context.WithValue(ctx, opKey{}, &o.s)
 	}
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))
 	if err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody {
-		if err != nil && context.Cause(ctx) == t.l.dlErr {
-			err = t.l.dlErr // net/http may report the context's error only
+		if err != nil && context.Cause(ctx) == t.l.DlErr {
+			err = t.l.DlErr // net/http may report the context's error only
 		}
 		cancel()
 		return resp, err
 	}
-	b := &cancelBody{rc: resp.Body, ctx: ctx, cancel: cancel, cut: t.l.dlErr}
+	b := &cancelBody{rc: resp.Body, ctx: ctx, cancel: cancel, cut: t.l.DlErr}
 	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
 		// net/http stops watching the context after a 101: the deadline
 		// closes the connection itself.
@@ -149,7 +150,7 @@ func (b *cancelBodyRW) Write(p []byte) (int, error) { return b.wc.Write(p) }
 func (b *cancelBodyRW) CloseWrite() error { return closeWrite(b.wc) }
 
 // cancel ends a hedge copy's context as canceled, unless it has ended.
-func (op *boundOp) cancel() { op.w.release() }
+func (op *boundOp) cancel() { op.w.Release() }
 
 // hold hands back an outcome of a hedge copy sent with op's context, and
 // keeps that context until the response's body is done with: it is
@@ -158,7 +159,7 @@ func (op *boundOp) cancel() { op.w.release() }
 func (op *boundOp) hold(resp *http.Response, err error) (*http.Response, error) {
 	w := &op.w
 	if err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody {
-		w.release()
+		w.Release()
 		return resp, err
 	}
 	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
@@ -175,4 +176,12 @@ func closeWrite(w io.Writer) error {
 		return cw.CloseWrite()
 	}
 	return errors.ErrUnsupported
+}
+
+// newLimits returns the limits of a bound named name: d and idle (0 or
+// less: none), each with the *DeadlineError that names it.
+func newLimits(d, idle time.Duration, name string) timecut.Limits {
+	return timecut.NewLimits(d, idle, name,
+		func(d time.Duration) error { return &DeadlineError{Bound: name, Limit: d} },
+		func(d time.Duration) error { return &DeadlineError{Bound: boundIdle, Limit: d} })
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"strconv"
@@ -73,7 +74,7 @@ func firstEventMiddleware(timeout, idle time.Duration, s policy.Stream, judge bo
 
 type firstEventConfig struct {
 	s        policy.Stream
-	l        limits // from the headers to the first content event, and the longest a Read may block; 0: none
+	l        timecut.Limits // from the headers to the first content event, and the longest a Read may block; 0: none
 	judge    bool
 	onCommit func(StreamEvent)
 }
@@ -153,16 +154,16 @@ func formatOf(ct string) lex.EventFormat {
 // Timeout of [New] above is held off meanwhile (see holdDeadline).
 func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f lex.EventFormat) (*http.Response, error) {
 	a := aheadRead{hold: holdDeadline(req.Context()), w: c.watch(resp.Body), buf: make([]byte, 0, aheadChunk)}
-	defer a.w.release()
+	defer a.w.Release()
 	body := resp.Body
 	sc := lex.EventScanner{Format: f}
 	for {
 		if len(a.buf) == cap(a.buf) {
 			a.buf = append(a.buf, 0)[:len(a.buf)] // grow
 		}
-		a.w.enter()
+		a.w.Enter()
 		n, rerr := body.Read(a.buf[len(a.buf):cap(a.buf)])
-		a.w.leave()
+		a.w.Leave()
 		a.buf = a.buf[:len(a.buf)+n]
 		for {
 			ev, ok := sc.Next(a.buf)
@@ -207,10 +208,10 @@ func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f l
 		case rerr == io.EOF, len(a.buf) >= maxAhead:
 			return a.commit(resp), nil
 		case rerr != nil:
-			if cut := a.w.release(); cut != nil {
+			if cut := a.w.Release(); cut != nil {
 				rerr = cut
 			}
-			a.hold.unhold(false)
+			a.hold.Unhold(false)
 			body.Close()
 			return nil, &ResponseBodyError{Status: resp.StatusCode, Read: int64(len(a.buf)), Err: rerr}
 		}
@@ -219,23 +220,23 @@ func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f l
 
 // aheadRead is the state of one read ahead.
 type aheadRead struct {
-	hold *watch // the Timeout bound above, its deadline held off; nil: none
-	w    *watch // the read ahead's limits
-	buf  []byte // every byte read
+	hold *timecut.Watch // the Timeout bound above, its deadline held off; nil: none
+	w    *timecut.Watch // the read ahead's limits
+	buf  []byte         // every byte read
 }
 
 // commit ends the read ahead with resp handed back, its body read from
 // the start.
 func (a *aheadRead) commit(resp *http.Response) *http.Response {
-	a.w.release()
-	a.hold.unhold(true)
+	a.w.Release()
+	a.hold.Unhold(true)
 	return commitStream(resp, a.buf, resp.Body)
 }
 
 // fail ends the read ahead with a failed attempt judged as status.
 func (a *aheadRead) fail(req *http.Request, resp *http.Response, status int, why string) *http.Response {
-	a.w.release()
-	a.hold.unhold(false)
+	a.w.Release()
+	a.hold.Unhold(false)
 	return judgedStream(req, resp, a.buf, resp.Body, status, why)
 }
 
@@ -246,16 +247,16 @@ func (a *aheadRead) fail(req *http.Request, resp *http.Response, status int, why
 // its first token is not cut. It returns nil when there is no such bound.
 // The deadline comes back, as it was, when every stream that held it has
 // failed; once one is committed it stays off.
-func holdDeadline(ctx context.Context) *watch {
+func holdDeadline(ctx context.Context) *timecut.Watch {
 	// A hedge copy's context, which only cancels the copy, is no bound:
 	// the scope names the Timeout bound above it.
 	s := scopeOf(ctx)
 	if s == nil {
 		return nil
 	}
-	for w := s.bound; w != nil; w = w.up {
-		if w.l.name == boundTimeout {
-			if w.hold() {
+	for w := s.bound; w != nil; w = w.Up {
+		if w.L.Name == boundTimeout {
+			if w.Hold() {
 				return w
 			}
 			return nil
@@ -362,13 +363,13 @@ func (b *aheadBody) Close() error { return b.rest.Close() }
 
 // watch returns a watch over a read ahead of body: its cut closes the
 // body, which ends a Read blocked on it.
-func (c *firstEventConfig) watch(body io.Closer) *watch {
-	w := &watch{}
-	w.start(&c.l, clockNow(), func(err error) {
+func (c *firstEventConfig) watch(body io.Closer) *timecut.Watch {
+	w := &timecut.Watch{}
+	w.Start(&c.l, timecut.Now(), func(err error) {
 		if err != nil {
 			body.Close()
 		}
 	})
-	w.bodyStarts(true, true)
+	w.BodyStarts(true, true)
 	return w
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -103,7 +104,7 @@ type hedger struct {
 
 // copyLimits are those of a hedge copy's watch: no deadline, no idle
 // cut; it ends when canceled or released.
-var copyLimits limits
+var copyLimits timecut.Limits
 
 // out returns a copy's outcome to the layer above: a stream judged a
 // failed attempt is restored unless a Retry above (found through the
@@ -185,7 +186,7 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 	if rc := h.op.retryConfig(); rc != nil && rc.budget != nil && (h.budget == nil || h.budget == rc.budget) {
 		h.budget = rc.budget // the Retry above counted the operation in it
 	} else if h.budget != nil {
-		h.budget.request(req.URL, clockOf(h.start))
+		h.budget.request(req.URL, timecut.Of(h.start))
 	}
 	s := policy.HedgeStart{SafeToResend: policy.SafeToResend(req, c.keyHeader), DelayKnown: true, Replayable: true}
 	if t.lat != nil && s.SafeToResend {
@@ -278,7 +279,7 @@ func (h *hedgeRace) send(b io.ReadCloser) {
 	i := len(h.copies)
 	cctx, cancel, detach := copyContext(h.req.Context(), i+1)
 	op := &boundOp{}
-	op.w.start(&copyLimits, 0, cancel)
+	op.w.Start(&copyLimits, 0, cancel)
 	op.req = *h.req.WithContext(cctx)
 	r := &op.req
 	if !h.body.none {
@@ -323,7 +324,7 @@ func (h *hedgeRace) tick() bool {
 		}
 	}
 	if budget := h.budget; budget != nil {
-		s.Budget = func() bool { return budget.retry(req.URL, clockOf(now)) }
+		s.Budget = func() bool { return budget.retry(req.URL, timecut.Of(now)) }
 		if c.policy.Next(s) != policy.HedgeSend {
 			if b != nil {
 				b.Close()

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -16,7 +17,7 @@ import (
 // [*DeadlineError]; time between Reads is the reader's, and is never cut.
 type idleBody struct {
 	boundBody
-	watch  watch
+	watch  timecut.Watch
 	closed atomic.Bool // rc was closed, by the cut or by Close
 }
 
@@ -25,14 +26,14 @@ func (b *idleBody) Close() error {
 	if !b.closed.Swap(true) {
 		err = b.rc.Close()
 	}
-	b.w.release()
+	b.w.Release()
 	return err
 }
 
 // watchIdle returns rc with the idle cut of cut, the Timeout layer's
 // watch; rc itself when there is none or no body.
-func watchIdle(rc io.ReadCloser, cut *watch) io.ReadCloser {
-	if cut == nil || cut.l.idle <= 0 || rc == nil || rc == http.NoBody {
+func watchIdle(rc io.ReadCloser, cut *timecut.Watch) io.ReadCloser {
+	if cut == nil || cut.L.Idle <= 0 || rc == nil || rc == http.NoBody {
 		return rc
 	}
 	switch t := rc.(type) {
@@ -45,12 +46,10 @@ func watchIdle(rc io.ReadCloser, cut *watch) io.ReadCloser {
 	}
 	b := &idleBody{}
 	b.boundBody = boundBody{rc: rc, w: &b.watch}
-	b.watch.l = cut.l
-	b.watch.cut = func(err error) {
+	b.watch.StartIdle(cut.L, func(err error) { // no deadline: the idle watch only
 		if err != nil && !b.closed.Swap(true) {
 			rc.Close() // ends a Read blocked on the connection
 		}
-	}
-	b.watch.bodyStarts(false, true) // no deadline: the idle watch only
+	})
 	return b
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -49,12 +50,12 @@ type operation struct {
 // same key.
 type scope struct {
 	op        *operation
-	bound     *watch      // the innermost bound of New above; nil: none
-	attempt   int         // the attempt's number (see AttemptFromContext); 0: the first
-	copy      int         // the hedge copy's number (see HedgeCopyFromContext); 0: none
-	throttled bool        // a Throttle above passed the request
-	held      *heldStream // the stream a failed attempt holds (see restoreStream)
-	readBody  int64       // WithReadBody's limit; 0: the stack's
+	bound     *timecut.Watch // the innermost bound of New above; nil: none
+	attempt   int            // the attempt's number (see AttemptFromContext); 0: the first
+	copy      int            // the hedge copy's number (see HedgeCopyFromContext); 0: none
+	throttled bool           // a Throttle above passed the request
+	held      *heldStream    // the stream a failed attempt holds (see restoreStream)
+	readBody  int64          // WithReadBody's limit; 0: the stack's
 }
 
 // withScope returns ctx with a copy of its scope (an empty one when it
@@ -101,7 +102,7 @@ func withOp(req *http.Request) (*operation, *http.Request) {
 	if ps != nil {
 		o.s = *ps
 	}
-	o.op.start = clockNow()
+	o.op.start = timecut.Now()
 	o.s.op = &o.op
 	return &o.op, req.WithContext(context.WithValue(req.Context(), opKey{}, &o.s))
 }
@@ -166,13 +167,13 @@ func joinTracker(ctx context.Context, t *ratelimit.Tracker) {
 
 // idleCut returns the Timeout bound above whose idle cut failed bodies
 // are read with, nil when there is none.
-func idleCut(ctx context.Context) *watch {
+func idleCut(ctx context.Context) *timecut.Watch {
 	s := scopeOf(ctx)
 	if s == nil {
 		return nil
 	}
-	for w := s.bound; w != nil; w = w.up {
-		if w.l.idle > 0 && w.l.name == boundTimeout {
+	for w := s.bound; w != nil; w = w.Up {
+		if w.L.Idle > 0 && w.L.Name == boundTimeout {
 			return w
 		}
 	}
@@ -193,9 +194,9 @@ func deadlineOfScope(ctx context.Context, s *scope) (time.Time, bool) {
 	if s == nil {
 		return dl, ok
 	}
-	for w := s.bound; w != nil; w = w.up {
-		if due, armed := w.deadline(); armed {
-			if t := clockTime(due); !ok || t.Before(dl) {
+	for w := s.bound; w != nil; w = w.Up {
+		if due, armed := w.Deadline(); armed {
+			if t := timecut.Time(due); !ok || t.Before(dl) {
 				dl, ok = t, true
 			}
 		}
@@ -208,7 +209,7 @@ func startOf(ctx context.Context) time.Duration {
 	if op := opOf(ctx); op != nil {
 		return op.start
 	}
-	return clockNow()
+	return timecut.Now()
 }
 
 // Operation is how an operation through [Retry] ended. [OperationOf] gives

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -330,7 +331,7 @@ func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (poli
 	s.Refused = func(at time.Time) error { return op.refusedAt(r, at) }
 	if c.budget != nil {
 		u := o.req.URL
-		s.Budget = func() bool { return c.budget.retry(u, clockOf(now)) }
+		s.Budget = func() bool { return c.budget.retry(u, timecut.Of(now)) }
 	}
 	return c.p.Next(s), now
 }
@@ -540,7 +541,7 @@ func drain(body io.ReadCloser) {
 // readProblem reads up to limit bytes of an RFC 9457 problem body and
 // parses them. The body is put back so the caller reads it whole; with
 // idleCut, it is read, here and after, with that stall cut.
-func readProblem(resp *http.Response, limit int64, idleCut *watch) *policy.Problem {
+func readProblem(resp *http.Response, limit int64, idleCut *timecut.Watch) *policy.Problem {
 	if limit < 0 || resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}

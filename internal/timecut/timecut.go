@@ -1,4 +1,8 @@
-package transport
+// Package timecut is the one mechanism that cuts work which runs too
+// long: past a deadline, or when a Read has been blocked for an idle
+// limit. The transport's bounds, the failed bodies Retry and Hedge read,
+// and a stream's read ahead to its first event all use it.
+package timecut
 
 import (
 	"math"
@@ -7,28 +11,30 @@ import (
 	"time"
 )
 
-// limits are what a watch enforces: a deadline and an idle limit, each
+// Limits are what a Watch enforces: a deadline and an idle limit, each
 // with the error that names it.
-type limits struct {
-	d       time.Duration // the deadline, from the start; 0: none
-	idle    time.Duration // the longest a Read may stay blocked; 0: none
-	tick    time.Duration // how often the idle watch looks: idle/8
-	name    string        // the bound's name, as its errors give it
-	dlErr   *DeadlineError
-	idleErr *DeadlineError
+type Limits struct {
+	D       time.Duration // the deadline, from the start; 0: none
+	Idle    time.Duration // the longest a Read may stay blocked; 0: none
+	Tick    time.Duration // how often the idle watch looks: Idle/8
+	Name    string        // the bound's name, as its errors give it
+	DlErr   error         // the deadline's error
+	IdleErr error         // the idle limit's error
 }
 
-func newLimits(d, idle time.Duration, name string) limits {
-	l := limits{d: max(d, 0), idle: max(idle, 0), name: name}
-	l.dlErr = &DeadlineError{Bound: name, Limit: l.d}
-	if l.idle > 0 {
-		l.tick = max(l.idle/8, time.Millisecond)
-		l.idleErr = &DeadlineError{Bound: boundIdle, Limit: l.idle}
+// NewLimits returns the limits d and idle (0 or less: none) named name;
+// dlErr and idleErr make the errors that name them.
+func NewLimits(d, idle time.Duration, name string, dlErr, idleErr func(time.Duration) error) Limits {
+	l := Limits{D: max(d, 0), Idle: max(idle, 0), Name: name}
+	l.DlErr = dlErr(l.D)
+	if l.Idle > 0 {
+		l.Tick = max(l.Idle/8, time.Millisecond)
+		l.IdleErr = idleErr(l.Idle)
 	}
 	return l
 }
 
-// watch is the one mechanism that cuts work which runs too long: a
+// Watch is the one mechanism that cuts work which runs too long: a
 // bound's attempt or body (its cut cancels the bound's context), a
 // failed body that Retry or Hedge reads, and a stream's read ahead to
 // its first event (their cut closes the body). One timer serves both
@@ -36,16 +42,16 @@ func newLimits(d, idle time.Duration, name string) limits {
 // watched for idleness. Read counts its entries and returns in an atomic
 // counter, so no timer is touched per Read; a Read blocked for the idle
 // limit is cut between that limit and two ticks later.
-type watch struct {
-	l   *limits
-	up  *watch      // the bound above, when this is a bound's
+type Watch struct {
+	L   *Limits
+	Up  *Watch      // the bound above, when this is a bound's
 	cut func(error) // ends the work; called once, without the lock
 
 	// activity counts entries to and returns from the body's Read: odd
 	// while a Read is blocked.
 	activity atomic.Uint64
 
-	// reported is the deadline on the clockNow scale plus one while it
+	// reported is the deadline on the Now scale plus one while it
 	// is reported (armed, lapsed, or what ended the watch), else 0: read
 	// without the lock by the layers that wait.
 	reported atomic.Int64
@@ -57,7 +63,7 @@ type watch struct {
 	idleArmed bool
 	ahead     uint8 // streams beneath that hold the deadline off (see hold)
 	timer     *time.Timer
-	begun     time.Duration // clockNow at the start
+	begun     time.Duration // Now at the start
 	seen      uint64        // activity at the last tick
 	quiet     time.Duration // since when activity has been seen unchanged
 }
@@ -78,22 +84,22 @@ const (
 	aheadWon    = 1 << 7   // a stream was committed: the deadline stays off
 )
 
-// start arms the deadline, l.d after now (none when l.d is 0). It is
+// start arms the deadline, l.D after now (none when l.D is 0). It is
 // called once, before the watch is shared.
 //
 // The timer is set once, here, at the nearer of the deadline and the
 // first idle tick, and is left alone on the way (a response that comes
 // back at once costs one timer, set and stopped): each time it fires it
 // looks at what is armed then.
-func (w *watch) start(l *limits, now time.Duration, cut func(error)) {
-	w.l, w.cut, w.begun = l, cut, now
+func (w *Watch) Start(l *Limits, now time.Duration, cut func(error)) {
+	w.L, w.cut, w.begun = l, cut, now
 	next := time.Duration(-1)
-	if l.d > 0 {
+	if l.D > 0 {
 		w.setArmed(true)
-		next = l.d
+		next = l.D
 	}
-	if l.idle > 0 && (next < 0 || l.tick < next) {
-		next = l.tick
+	if l.Idle > 0 && (next < 0 || l.Tick < next) {
+		next = l.Tick
 	}
 	if next >= 0 {
 		w.mu.Lock() // the timer may fire before it is stored
@@ -104,7 +110,7 @@ func (w *watch) start(l *limits, now time.Duration, cut func(error)) {
 }
 
 // setArmed arms or disarms the deadline; under mu once shared.
-func (w *watch) setArmed(on bool) {
+func (w *Watch) setArmed(on bool) {
 	w.dlArmed = on
 	if on {
 		w.reported.Store(int64(w.due()) + 1)
@@ -113,25 +119,25 @@ func (w *watch) setArmed(on bool) {
 	}
 }
 
-// due returns the deadline on the clockNow scale.
-func (w *watch) due() time.Duration {
-	if w.begun > math.MaxInt64-w.l.d {
+// due returns the deadline on the Now scale.
+func (w *Watch) due() time.Duration {
+	if w.begun > math.MaxInt64-w.L.D {
 		return math.MaxInt64
 	}
-	return w.begun + w.l.d
+	return w.begun + w.L.D
 }
 
-// deadline returns the watch's deadline while it is armed (a deadline
+// Deadline returns the watch's deadline while it is armed (a deadline
 // that lapsed while held is still reported, so that nothing more is
 // sent).
-func (w *watch) deadline() (time.Duration, bool) {
+func (w *Watch) Deadline() (time.Duration, bool) {
 	r := w.reported.Load()
 	return time.Duration(r - 1), r != 0
 }
 
-// bodyStarts says that the body is now being handed out: the deadline
+// BodyStarts says that the body is now being handed out: the deadline
 // stays armed when keep is set; the idle watch starts when idle is set.
-func (w *watch) bodyStarts(keep, idle bool) {
+func (w *Watch) BodyStarts(keep, idle bool) {
 	w.mu.Lock()
 	if w.state != live {
 		w.mu.Unlock()
@@ -149,8 +155,8 @@ func (w *watch) bodyStarts(keep, idle bool) {
 		w.end(endDeadline)
 		return
 	}
-	if idle && w.l.idle > 0 {
-		now := clockNow()
+	if idle && w.L.Idle > 0 {
+		now := Now()
 		w.idleArmed = true
 		w.seen = w.activity.Load()
 		w.quiet = now
@@ -163,10 +169,10 @@ func (w *watch) bodyStarts(keep, idle bool) {
 
 // rearmLocked sets the timer for the next thing it must check, and stops
 // it when nothing is armed.
-func (w *watch) rearmLocked(now time.Duration) {
+func (w *Watch) rearmLocked(now time.Duration) {
 	var next time.Duration = -1
 	if w.idleArmed {
-		next = w.l.tick
+		next = w.L.Tick
 	}
 	if w.dlArmed && w.ahead&aheadLapsed == 0 {
 		if d := w.due() - now; next < 0 || d < next {
@@ -187,8 +193,8 @@ func (w *watch) rearmLocked(now time.Duration) {
 // fire runs on the timer: it cuts the work when its deadline has passed
 // or a Read has been blocked for the idle limit, and otherwise sets the
 // next tick.
-func (w *watch) fire() {
-	now := clockNow()
+func (w *Watch) fire() {
+	now := Now()
 	w.mu.Lock()
 	w.pending = false
 	if w.state != live {
@@ -203,7 +209,7 @@ func (w *watch) fire() {
 		a := w.activity.Load()
 		if a != w.seen || a%2 == 0 {
 			w.seen, w.quiet = a, now
-		} else if now-w.quiet >= w.l.idle {
+		} else if now-w.quiet >= w.L.Idle {
 			cut = endIdle
 		}
 	}
@@ -218,7 +224,7 @@ func (w *watch) fire() {
 
 // end ends the watch as k says, unless it has ended; it reports whether
 // it did.
-func (w *watch) end(k uint8) bool {
+func (w *Watch) end(k uint8) bool {
 	w.mu.Lock()
 	if w.state != live {
 		w.mu.Unlock()
@@ -240,50 +246,50 @@ func (w *watch) end(k uint8) bool {
 }
 
 // errOf returns the error of a watch that ended as k: nil when released.
-func (w *watch) errOf(k uint8) error {
+func (w *Watch) errOf(k uint8) error {
 	switch k {
 	case endDeadline:
-		return w.l.dlErr
+		return w.L.DlErr
 	case endIdle:
-		return w.l.idleErr
+		return w.L.IdleErr
 	}
 	return nil
 }
 
-// cutErr returns the *DeadlineError that ended the watch, or nil.
-func (w *watch) cutErr() error {
+// CutErr returns the *DeadlineError that ended the watch, or nil.
+func (w *Watch) CutErr() error {
 	w.mu.Lock()
 	k := w.state
 	w.mu.Unlock()
 	return w.errOf(k)
 }
 
-// release ends the watch once its work is over. It returns the cut that
+// Release ends the watch once its work is over. It returns the cut that
 // ended it before, if any.
-func (w *watch) release() error {
+func (w *Watch) Release() error {
 	if w.end(endReleased) {
 		return nil
 	}
-	return w.cutErr()
+	return w.CutErr()
 }
 
-// settle returns the cut that a failure is blamed on: the deadline, when
+// Settle returns the cut that a failure is blamed on: the deadline, when
 // it lapsed while a stream held it off, or whatever cut the work.
-func (w *watch) settle() error {
+func (w *Watch) Settle() error {
 	w.mu.Lock()
-	lapsed := w.state == live && (w.ahead&aheadLapsed != 0 || w.dlArmed && clockNow() >= w.due())
+	lapsed := w.state == live && (w.ahead&aheadLapsed != 0 || w.dlArmed && Now() >= w.due())
 	w.ahead &^= aheadLapsed
 	w.mu.Unlock()
 	if lapsed {
 		w.end(endDeadline)
 	}
-	return w.cutErr()
+	return w.CutErr()
 }
 
-// hold holds off the deadline while a stream beneath waits for its first
+// Hold holds off the deadline while a stream beneath waits for its first
 // event. It reports false, holding nothing, when the watch has ended, a
 // stream won already, or too many hold it.
-func (w *watch) hold() bool {
+func (w *Watch) Hold() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.state != live || w.ahead&aheadCount == aheadCount || w.ahead&aheadWon != 0 {
@@ -297,10 +303,10 @@ func (w *watch) hold() bool {
 	return true
 }
 
-// unhold ends a hold: committed says whether the stream was handed back.
+// Unhold ends a hold: committed says whether the stream was handed back.
 // The deadline comes back, as it was, when every stream that held it
 // has failed; once one is committed it stays off.
-func (w *watch) unhold(committed bool) {
+func (w *Watch) Unhold(committed bool) {
 	if w == nil {
 		return
 	}
@@ -318,7 +324,7 @@ func (w *watch) unhold(committed bool) {
 		return
 	}
 	w.setArmed(true)
-	if now := clockNow(); now >= w.due() {
+	if now := Now(); now >= w.due() {
 		// The deadline passed while streams held it off. It comes back
 		// for the layers above (deadline reports it, so Retry sends
 		// nothing more), but it does not cut now: what is left to hand
@@ -331,21 +337,28 @@ func (w *watch) unhold(committed bool) {
 	}
 }
 
-// enter and leave mark a Read blocked on the body, for the idle watch.
-func (w *watch) enter() { w.activity.Add(1) }
-func (w *watch) leave() { w.activity.Add(1) }
+// Enter and leave mark a Read blocked on the body, for the idle watch.
+func (w *Watch) Enter() { w.activity.Add(1) }
+func (w *Watch) Leave() { w.activity.Add(1) }
 
-// clockBase anchors the bounds' clock: clockNow is the time since it,
+// Base anchors the bounds' clock: Now is the time since it,
 // which reads only the monotonic clock. Inside a testing/synctest
 // bubble, whose times carry no monotonic reading, the same arithmetic
 // runs on the bubble's wall clock.
-var clockBase = time.Now()
+var Base = time.Now()
 
-// clockNow reads the bounds' clock.
-func clockNow() time.Duration { return time.Since(clockBase) }
+// Now reads the bounds' clock.
+func Now() time.Duration { return time.Since(Base) }
 
-// clockTime turns a clockNow reading into a time.
-func clockTime(d time.Duration) time.Time { return clockBase.Add(d) }
+// Time turns a Now reading into a time.
+func Time(d time.Duration) time.Time { return Base.Add(d) }
 
-// clockOf turns a time into a clockNow reading.
-func clockOf(t time.Time) time.Duration { return t.Sub(clockBase) }
+// Of turns a time into a Now reading.
+func Of(t time.Time) time.Duration { return t.Sub(Base) }
+
+// StartIdle starts a watch of l's idle limit only (no deadline) over a
+// body being read: cut ends the work.
+func (w *Watch) StartIdle(l *Limits, cut func(error)) {
+	w.L, w.cut = l, cut
+	w.BodyStarts(false, true)
+}
