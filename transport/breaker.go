@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"net/http"
 	"net/url"
 	"time"
@@ -193,7 +194,7 @@ func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	// bodies: a request may reach this layer by a way that passes no
 	// Retry (a router above it), and a body checked already costs one
 	// type assertion.
-	req, err := checkCaller(req, false)
+	req, err := reqbody.CheckCaller(req, false)
 	if err != nil {
 		return nil, err // the caller's error counts neither way
 	}

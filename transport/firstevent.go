@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
@@ -136,8 +137,8 @@ func bodyDone(req *http.Request) bool {
 	if req.Body == nil || req.Body == http.NoBody || req.GetBody != nil || req.ContentLength > 0 {
 		return true
 	}
-	t := teeOf(req.Body)
-	return t != nil && t.complete()
+	t := reqbody.TeeOf(req.Body)
+	return t != nil && t.Complete()
 }
 
 // formatOf returns how a response whose streamMediaType is ct frames its

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
@@ -201,15 +202,15 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return t.out(req, resp, err)
 	}
-	body, err := newReplay(req, c.bufLimit)
+	body, err := reqbody.New(req, c.bufLimit)
 	if err != nil {
 		return nil, err
 	}
-	defer body.finish() // the caller's body is closed once no copy reads it
-	if s.Replayable = body.replayable(); !c.policy.Race(s) {
+	defer body.Finish() // the caller's body is closed once no copy reads it
+	if s.Replayable = body.Replayable(); !c.policy.Race(s) {
 		r := req
-		if body.first != nil {
-			r = body.firstRequest(req)
+		if body.First != nil {
+			r = body.FirstRequest(req)
 		}
 		resp, err := t.next.RoundTrip(r)
 		return t.out(req, resp, err)
@@ -226,7 +227,7 @@ type hedgeRace struct {
 	req     *http.Request
 	budget  retryBudget
 	key     string // the latency sketch's key, with an adaptive delay
-	body    *replay
+	body    *reqbody.Replay
 	start   time.Time
 	delay   time.Duration
 	copies  []hedgeCopy
@@ -250,8 +251,8 @@ func (h *hedgeRace) race() (*http.Response, error) {
 	n := min(h.t.c.hedges, maxHedgeRoom) + 1
 	h.copies = make([]hedgeCopy, 0, n)
 	h.results = make(chan hedgeResult, n)
-	if h.body.first != nil {
-		h.send(h.body.first)
+	if h.body.First != nil {
+		h.send(h.body.First)
 	} else {
 		h.send(h.req.Body)
 	}
@@ -282,8 +283,8 @@ func (h *hedgeRace) send(b io.ReadCloser) {
 	op.w.Start(&copyLimits, 0, cancel)
 	op.req = *h.req.WithContext(cctx)
 	r := &op.req
-	if !h.body.none {
-		r.Body, r.GetBody = b, h.body.get
+	if !h.body.None {
+		r.Body, r.GetBody = b, h.body.Get
 	}
 	h.copies = append(h.copies, hedgeCopy{op: op, detach: detach})
 	h.running++
@@ -303,7 +304,7 @@ func (h *hedgeRace) tick() bool {
 		Done:     req.Context().Err(),
 		// A body kept as the first copy sends it would stream twice at
 		// once, and may yet prove too long to keep.
-		BodySent: h.body.complete(),
+		BodySent: h.body.Complete(),
 		Now:      now,
 		Refused:  func(at time.Time) error { return op.hedgeRefusedAt(req, at) },
 	}
@@ -317,9 +318,9 @@ func (h *hedgeRace) tick() bool {
 		return false
 	}
 	var b io.ReadCloser
-	if !h.body.none {
+	if !h.body.None {
 		var err error
-		if b, err = h.body.get(); err != nil {
+		if b, err = h.body.Get(); err != nil {
 			return false // no copy can be made: none now or later
 		}
 	}
@@ -394,7 +395,7 @@ func (h *hedgeRace) finish(win *hedgeResult) (*http.Response, error) {
 // judged here (a problem body may take time to read) so that the race
 // never waits on one copy while another may win.
 func (t *hedger) send(req, r *http.Request, i int, answered *atomic.Bool, results chan<- hedgeResult) {
-	r, err := checkCaller(r, true) // a copy's body, from GetBody, is checked as Retry checks an attempt's
+	r, err := reqbody.CheckCaller(r, true) // a copy's body, from GetBody, is checked as Retry checks an attempt's
 	if err != nil {
 		results <- hedgeResult{i: i, err: err}
 		return

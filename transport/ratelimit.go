@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"net/http"
 
 	"github.com/sturdyhttp/sturdy/policy"
@@ -67,7 +68,7 @@ type rateLimiter struct {
 // request, and settles the reservation with the response, or cancels it
 // when the request never reached the server.
 func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
-	req, err := checkCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
+	req, err := reqbody.CheckCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
 	if err != nil {
 		return nil, err // the caller's error uses no quota
 	}

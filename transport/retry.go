@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
@@ -188,7 +189,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return t.giveUp(req, 0, nil, err, policy.Step{Reason: policy.ReasonCallerError})
 	}
-	defer o.body.finish()
+	defer o.body.Finish()
 	for o.n = 1; ; o.n++ {
 		resp, err := o.send(r)
 		if err == nil && resp.StatusCode < 400 && t.c.defaultCls {
@@ -223,7 +224,7 @@ type retryRun struct {
 	base   *http.Request // what each attempt copies
 	op     *operation
 	ctx    context.Context
-	body   replay
+	body   reqbody.Replay
 	watch  *connWatch // whether an attempt got a connection: for a request not safe to resend
 	safe   bool
 	n      int // the attempt's number
@@ -240,7 +241,7 @@ func (o *retryRun) begin() (*http.Request, error) {
 	c, req := o.t.c, o.req
 	if c.attempts > 1 {
 		var err error
-		if o.body, err = newReplay(req, c.bufLimit); err != nil {
+		if o.body, err = reqbody.New(req, c.bufLimit); err != nil {
 			// The caller's body failed as it was read to be kept: nothing
 			// was sent.
 			return nil, &policy.BodyError{ContentLength: max(req.ContentLength, -1), Err: errors.Unwrap(err)}
@@ -248,7 +249,7 @@ func (o *retryRun) begin() (*http.Request, error) {
 	} else {
 		// No copy of the body is kept, but a free resend can have it
 		// again when it is empty or the caller can make it again.
-		o.body = replay{none: req.Body == nil || req.Body == http.NoBody, get: req.GetBody}
+		o.body = reqbody.Replay{None: req.Body == nil || req.Body == http.NoBody, Get: req.GetBody}
 	}
 	o.safe = policy.SafeToResend(req, c.keyHeader)
 	o.op, o.base = withOp(req)
@@ -264,16 +265,16 @@ func (o *retryRun) begin() (*http.Request, error) {
 		if o.base.GetBody != nil {
 			o.base = withoutGetBody(o.base, o.base != req)
 		}
-		o.body.noGetBody = true
+		o.body.NoGetBody = true
 	}
 	r := o.base
-	if o.body.first != nil {
-		r = o.body.firstRequest(o.base)
+	if o.body.First != nil {
+		r = o.body.FirstRequest(o.base)
 	}
-	r, err := checkBody(r, r != req)
+	r, err := reqbody.Check(r, r != req)
 	if err != nil {
-		closeBody(req)
-		o.body.finish()
+		reqbody.CloseBody(req)
+		o.body.Finish()
 	}
 	return r, err
 }
@@ -319,7 +320,7 @@ func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (poli
 			Now:          now,
 		},
 		SafeToResend: o.safe,
-		Replayable:   o.body.replayable(),
+		Replayable:   o.body.Replayable(),
 		PrevWait:     o.prev,
 		Done:         context.Cause(o.ctx),
 		FreeResends:  o.free,
@@ -339,12 +340,12 @@ func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (poli
 // again returns the request of a free resend, nil when its body cannot
 // be had again.
 func (o *retryRun) again(resp *http.Response) *http.Request {
-	r, err := o.body.request(o.base, o.n)
+	r, err := attemptRequest(&o.body, o.base, o.n)
 	if err != nil {
 		return nil
 	}
-	if r, err = checkBody(r, true); err != nil {
-		closeBody(r)
+	if r, err = reqbody.Check(r, true); err != nil {
+		reqbody.CloseBody(r)
 		return nil
 	}
 	if resp != nil && resp.Body != nil { // a response and an error both: a broken RoundTripper
@@ -359,7 +360,7 @@ func (o *retryRun) again(resp *http.Response) *http.Request {
 // request, the operation ends with what it returns.
 func (o *retryRun) wait(step policy.Step, now time.Time, resp *http.Response, err error) (*http.Request, *http.Response, error) {
 	t, c := o.t, o.t.c
-	next, gerr := o.body.request(o.base, o.n+1)
+	next, gerr := attemptRequest(&o.body, o.base, o.n+1)
 	if gerr != nil { // GetBody failed: no further attempt can be made
 		resp, err = t.end(o.op, o.req, o.n, o.waited, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
 		return nil, resp, err
@@ -378,7 +379,7 @@ func (o *retryRun) wait(step policy.Step, now time.Time, resp *http.Response, er
 	// the deadline: the time spent since (draining a slow error body,
 	// the hook) is part of it, not added to it.
 	if serr := sleep(o.ctx, step.Wait-time.Since(now)); serr != nil {
-		closeBody(next)
+		reqbody.CloseBody(next)
 		reason := policy.ReasonDeadline
 		if errors.Is(serr, context.Canceled) {
 			reason = policy.ReasonCanceled
@@ -387,9 +388,9 @@ func (o *retryRun) wait(step policy.Step, now time.Time, resp *http.Response, er
 		return nil, resp, err
 	}
 	o.waited += time.Since(now)
-	r, cerr := checkBody(next, true)
+	r, cerr := reqbody.Check(next, true)
 	if cerr != nil {
-		closeBody(next)
+		reqbody.CloseBody(next)
 		resp, err := t.end(o.op, o.req, o.n, o.waited, nil, cerr, policy.Step{Reason: policy.ReasonCallerError})
 		return nil, resp, err
 	}
@@ -463,12 +464,10 @@ func withoutGetBody(r *http.Request, own bool) *http.Request {
 	return r
 }
 
-// closeBody closes r's body, as a RoundTripper must even when it sends
-// nothing.
-func closeBody(r *http.Request) {
-	if r.Body != nil {
-		r.Body.Close()
-	}
+// attemptRequest makes attempt n's request: a copy of base whose context
+// says which attempt it is, with a fresh body.
+func attemptRequest(b *reqbody.Replay, base *http.Request, n int) (*http.Request, error) {
+	return b.Request(base.WithContext(withScope(base.Context(), func(s *scope) { s.attempt = n })))
 }
 
 // connWatch learns, through net/http/httptrace, whether an attempt got a

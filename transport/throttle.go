@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"net/http"
 	"strconv"
 	"time"
@@ -88,7 +89,7 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil {
 		return t.next.RoundTrip(req)
 	}
-	req, err := checkCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
+	req, err := reqbody.CheckCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
 	if err != nil {
 		return nil, err // the caller's error counts neither way
 	}

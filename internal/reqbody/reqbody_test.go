@@ -1,4 +1,4 @@
-package transport
+package reqbody
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ func TestInMemoryLen(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := inMemoryLen(tt.body)
+			got, ok := InMemoryLen(tt.body)
 			if got != tt.want || ok != tt.wantOK {
 				t.Errorf("inMemoryLen = %d, %v; want %d, %v", got, ok, tt.want, tt.wantOK)
 			}
