@@ -156,12 +156,12 @@ func (w *Watch) BodyStarts(keep, idle bool) {
 		return
 	}
 	if idle && w.L.Idle > 0 {
-		now := Now()
+		// quiet is set by the first tick that finds a Read blocked: no
+		// Read can be blocked before the body is handed out.
 		w.idleArmed = true
 		w.seen = w.activity.Load()
-		w.quiet = now
 		if !w.pending {
-			w.rearmLocked(now)
+			w.rearmLocked(Now())
 		}
 	}
 	w.mu.Unlock()
