@@ -313,6 +313,9 @@ func (f *Fleet) budgetUpdate(s budgetSync, r rueidis.RedisResult) int {
 		err = fmt.Errorf("%w: %s: lease answered %v", ErrMalformed, f.hostKey("bud", s.hv.key), vals)
 		f.report("budget lease", err)
 	}
+	if unreachable(err) == 1 {
+		f.markDown() // before the retries waiting for this lease wake
+	}
 	bv := &s.hv.budget
 	now := time.Now()
 	bv.mu.Lock()

@@ -144,3 +144,185 @@ func TestFleetBudgetTenProcesses(t *testing.T) {
 	}
 }
 
+// observed is a fleet BudgetStore whose decisions are recorded: when each
+// Retry was asked, how long it took, and whether the fleet decided.
+type observed struct {
+	fleet.BudgetStore
+	mu        sync.Mutex
+	decisions []decision
+}
+
+type decision struct {
+	at, took time.Duration // from the run's start
+	ok       bool
+}
+
+var runStart time.Time
+
+func (o *observed) Retry(key string, now time.Time, rule policy.BudgetRule) (bool, bool) {
+	start := time.Now()
+	allowed, ok := o.BudgetStore.Retry(key, now, rule)
+	o.mu.Lock()
+	o.decisions = append(o.decisions, decision{at: start.Sub(runStart), took: time.Since(start), ok: ok})
+	o.mu.Unlock()
+	return allowed, ok
+}
+
+// Redis is killed mid-run and started again, empty, or paused and
+// resumed: each process goes on under its own budget, having waited on
+// Redis at most Timeout, and is back on the fleet's budget within
+// RefreshInterval + Timeout of the restart. No operation fails because of Redis: each gets the host's 503,
+// as the bare client beside does.
+func TestFleetBudgetRedisDown(t *testing.T) {
+	tests := []struct {
+		name       string
+		down, back func(*redisproc.Server) error
+	}{
+		{"killed, restarted empty", func(s *redisproc.Server) error { s.Kill(); return nil }, (*redisproc.Server).Restart},
+		{"paused (answers nothing), resumed", func(s *redisproc.Server) error { s.Pause(); return nil }, func(s *redisproc.Server) error { s.Resume(); return nil }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { testBudgetRedisDown(t, tt.down, tt.back) })
+	}
+}
+
+func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error) {
+	redis := redisproc.StartT(t)
+	srv := &failing{}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	bare := &http.Client{}
+	defer bare.CloseIdleConnections()
+
+	const (
+		procs   = 10
+		timeout = 100 * time.Millisecond
+		killAt  = 800 * time.Millisecond
+		backAt  = 1600 * time.Millisecond
+		endAt   = 2800 * time.Millisecond
+	)
+	type proc struct {
+		store   *observed
+		rt      http.RoundTripper
+		ops     atomic.Int64
+		retries atomic.Int64 // until the restart
+		opsTill atomic.Int64 // operations until the restart
+	}
+	ps := make([]*proc, procs)
+	var restarted atomic.Bool
+	for i := range ps {
+		f, err := fleet.New(newClient(t, redis), fleet.Options{Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		p := &proc{store: &observed{BudgetStore: f.Budgets()}}
+		p.rt = transport.New(transport.Options{
+			Retry: policy.Retry{
+				MaxAttempts: 4,
+				Backoff:     policy.FullJitter(time.Millisecond, 5*time.Millisecond),
+				Budget:      &policy.Budget{Window: time.Minute, Store: p.store},
+			},
+			Disable: transport.LayerBreaker,
+			Hooks: transport.Hooks{OnRetry: func(policy.RetryEvent) {
+				if !restarted.Load() {
+					p.retries.Add(1)
+				}
+			}},
+		})
+		ps[i] = p
+	}
+	runStart = time.Now()
+	var wg sync.WaitGroup
+	var hitsAtRestart, opsAtRestart atomic.Int64
+	var ops atomic.Int64
+	for _, p := range ps {
+		wg.Go(func() {
+			for time.Since(runStart) < endAt {
+				req, _ := http.NewRequest("GET", ts.URL+"/v1/models", nil)
+				resp, err := p.rt.RoundTrip(req)
+				p.ops.Add(1)
+				ops.Add(1)
+				if !restarted.Load() {
+					p.opsTill.Add(1)
+				}
+				if err != nil {
+					t.Errorf("stack: %v", err)
+				} else {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 503 {
+						t.Errorf("stack: status %d, want the host's 503", resp.StatusCode)
+					}
+				}
+				srv.hits.Add(-1) // the bare client's request, below, is not the stack's
+				resp, err = bare.Get(ts.URL + "/v1/models")
+				if err != nil {
+					t.Errorf("bare client: %v", err)
+				} else {
+					resp.Body.Close()
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(killAt)
+	down(redis)
+	time.Sleep(backAt - killAt)
+	if err := back(redis); err != nil {
+		t.Fatal(err)
+	}
+	hitsAtRestart.Store(srv.hits.Load())
+	opsAtRestart.Store(ops.Load())
+	restarted.Store(true)
+	wg.Wait()
+
+	rule := (&policy.Budget{Window: time.Minute}).Rule()
+	const rejoin = 100*time.Millisecond + timeout + 300*time.Millisecond // RefreshInterval + Timeout, and this machine's slack
+	for i, p := range ps {
+		p.store.mu.Lock()
+		var local, sharedAfter int
+		var slowest time.Duration
+		for _, d := range p.store.decisions {
+			if d.at >= killAt && d.at < backAt {
+				slowest = max(slowest, d.took)
+				if !d.ok {
+					local++
+				}
+			}
+			if d.at >= backAt+rejoin && !d.ok {
+				t.Errorf("process %d: decided locally at %v, more than %v after Redis was back", i, d.at, rejoin)
+			}
+			if d.at >= backAt+rejoin && d.ok {
+				sharedAfter++
+			}
+		}
+		p.store.mu.Unlock()
+		if local == 0 {
+			t.Errorf("process %d: no retry decided on its own budget while Redis was down", i)
+		}
+		if sharedAfter == 0 {
+			t.Errorf("process %d: no retry decided by the fleet after Redis was back", i)
+		}
+		if slowest > timeout+100*time.Millisecond {
+			t.Errorf("process %d: a retry waited %v on Redis, want at most Timeout %v", i, slowest, timeout)
+		}
+		// Its own budget held: what it retried until the restart fits
+		// its own rule over its own operations.
+		if got, want := float64(p.retries.Load()), rule.Allowance(int(p.opsTill.Load())); got > want {
+			t.Errorf("process %d: %.0f retries until the restart, more than its own budget's %.0f", i, got, want)
+		}
+		t.Logf("process %d: %d operations and %d retries until the restart, %d retries decided locally while Redis was down (slowest wait on Redis %v), %d by the fleet after",
+			i, p.opsTill.Load(), p.retries.Load(), local, slowest.Round(time.Millisecond), sharedAfter)
+	}
+	// Back on the fleet's budget: a restarted Redis is empty, so the fleet
+	// may retry MinRetries + Ratio × the operations since the restart; a
+	// resumed one has counted fewer operations than there were, which
+	// allows no more.
+	after := srv.hits.Load() - hitsAtRestart.Load() - (ops.Load() - opsAtRestart.Load())
+	want := rule.Allowance(int(ops.Load() - opsAtRestart.Load()))
+	t.Logf("after the restart: %d operations, %d retries; the fleet's rule allows %.0f", ops.Load()-opsAtRestart.Load(), after, want)
+	if float64(after) > want*1.1 {
+		t.Errorf("retries after the restart: got %d, want at most %.0f (+10%%: some were leased before it)", after, want)
+	}
+}
