@@ -1,6 +1,8 @@
 package fleet_test
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -324,5 +326,69 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 	t.Logf("after the restart: %d operations, %d retries; the fleet's rule allows %.0f", ops.Load()-opsAtRestart.Load(), after, want)
 	if float64(after) > want*1.1 {
 		t.Errorf("retries after the restart: got %d, want at most %.0f (+10%%: some were leased before it)", after, want)
+	}
+}
+
+// The budget on a Redis Cluster: leases and the background sync of two
+// processes (a pipeline across hosts' slots) bound the retries of both to
+// one budget, per host; the idempotency store's WAIT (keyless) goes with
+// the lock's slot.
+func TestFleetBudgetCluster(t *testing.T) {
+	c := startCluster(t)
+	var stores []fleet.BudgetStore
+	for range 2 {
+		f, err := fleet.New(c, fleet.Options{RefreshInterval: 20 * time.Millisecond, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		stores = append(stores, f.Budgets())
+	}
+	rule := policy.BudgetRule{Ratio: 0.5, MinRetries: 4, Window: time.Minute}
+	for _, h := range []string{"https://a.example.com", "https://b.example.com"} {
+		allowed := 0
+		for i := range 20 {
+			time.Sleep(25 * time.Millisecond) // past a refresh: a refusal holds until the next
+			s := stores[i%2]
+			s.Request(h, time.Now())
+			if ok, decided := s.Retry(h, time.Now(), rule); !decided {
+				t.Fatalf("%s: the fleet did not decide", h)
+			} else if ok {
+				allowed++
+			}
+		}
+		// 20 operations allow 4 + 10 retries over both processes; one
+		// process may hold a retry or two leased ahead, unspent.
+		if got := allowed; got > 14 || got < 12 {
+			t.Errorf("%s: got %d retries, want 12 to 14", h, got)
+		}
+	}
+	store := fleet.NewIdempotencyStore(c, fleet.IdempotencyOptions{Timeout: 300 * time.Millisecond, Replicas: 1})
+	_, err := store.Begin(context.Background(), "order-1", "fp", time.Minute)
+	if !errors.Is(err, fleet.ErrNotReplicated) {
+		t.Errorf("Begin with Replicas 1 on a cluster node without replicas: got %v, want ErrNotReplicated", err)
+	}
+}
+
+// A budget hash that fleet did not write: the retry is decided by the
+// process's own budget, and the error names the key.
+func TestFleetBudgetMalformed(t *testing.T) {
+	redis := redisproc.StartT(t)
+	var log errorLog
+	f := newFleet(t, redis, fleet.Options{OnError: log.add})
+	c := newClient(t, redis)
+	rule := (&policy.Budget{}).Rule()
+	for _, bad := range [][]string{
+		{"HSET", "sturdy:bud:{" + host + "}", "o:12", "many"},
+		{"SET", "sturdy:bud:{" + host + "}", "x"},
+	} {
+		redisDo(t, c, "DEL", "sturdy:bud:{"+host+"}")
+		redisDo(t, c, bad...)
+		if _, ok := f.Budgets().Retry(host, time.Now(), rule); ok {
+			t.Errorf("%v: the fleet decided, want the process's own budget to", bad)
+		}
+	}
+	if err := log.find(nil, "sturdy:bud:{"+host+"}"); err == nil {
+		t.Errorf("no error named the key")
 	}
 }

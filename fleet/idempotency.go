@@ -394,14 +394,16 @@ func (s *IdempotencyStore) recomplete(rk string, args []string, failed bool) {
 // recompleteFor bounds how long a completion is sent again.
 const recompleteFor = time.Minute
 
-// waitMillis returns WAIT's timeout for a call within ctx: a tenth short
-// of its deadline, so that WAIT answers before the deadline cuts it off;
-// at least 1 (0 would wait for ever).
+// waitMillis returns WAIT's timeout for a call within ctx: short of its
+// deadline by 150ms (Redis checks the timeouts of blocked clients up to
+// 100ms late, at its default hz of 10), or by half of the time left when
+// that is less, so that WAIT answers before the deadline cuts it off; at
+// least 1 (0 would wait for ever).
 func waitMillis(ctx context.Context, d time.Duration) int64 {
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}
-	return max((d - d/10).Milliseconds(), 1)
+	return max((d - min(d/2, 150*time.Millisecond)).Milliseconds(), 1)
 }
 
 // Release implements [idempotency.Store].
