@@ -30,8 +30,8 @@ type Options struct {
 	Prefix string
 
 	// Timeout bounds every Redis call. A request waits on Redis only to
-	// claim a breaker's probe or to lease quota, and never longer than
-	// this: when Redis does not answer in time the request goes on under
+	// claim a breaker's probe or to lease quota or retries, and never
+	// longer than this: when Redis does not answer in time the request goes on under
 	// the process's own state. Zero or negative means [DefaultTimeout]
 	// (50ms).
 	Timeout time.Duration
@@ -67,7 +67,8 @@ type Options struct {
 }
 
 // Fleet is the state that a fleet of processes shares on Redis: the
-// breakers' states ([Fleet.Breakers]) and the hosts' quotas. Each process
+// breakers' states ([Fleet.Breakers]), the hosts' quotas ([Fleet.Quotas])
+// and retry budgets ([Fleet.Budgets]). Each process
 // makes one Fleet over its Redis client and hands its parts to
 // transport.New; one background goroutine per Fleet sends the changes
 // this process makes and reads, every RefreshInterval, the fleet's view of

@@ -70,7 +70,7 @@ var ErrNotReplicated = errors.New("fleet: idempotency lock not acknowledged by t
 // once between them. Each method is one Lua script, so one round trip,
 // on the keys of one hash tag:
 //
-//	<prefix>:idem:{<key>}               hash: fp, tok (while in flight), resp (once completed; empty when not kept)
+//	<prefix>:idem:{<key>}               hash: fp, tok (while in flight), resp (once completed; empty when not kept), ctok (the token that completed it)
 //	<prefix>:idem:{<key>}:gone:<token>  string: a Begin that got no answer, for the lock TTL (none when <key> starts with '}')
 //
 // The key expires after the lock TTL while in flight, after the response
