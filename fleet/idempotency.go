@@ -143,11 +143,12 @@ redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'tok', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {'a'}`
 
-// idemCompleteSrc stores the response of the lock's holder; sent again
-// by that holder (ctok, the token that completed), it answers done.
+// idemCompleteSrc stores the response of the lock's holder. Resent by
+// the store (ARGV[4] '1') for the token that completed it (ctok), it
+// answers done.
 const idemCompleteSrc = `
 local v = redis.call('HMGET', KEYS[1], 'tok', 'resp', 'ctok')
-if v[2] and v[3] == ARGV[1] then return 'd' end
+if ARGV[4] == '1' and v[2] and v[3] == ARGV[1] then return 'd' end
 if v[1] ~= ARGV[1] or v[2] then return 'l' end
 redis.call('HSET', KEYS[1], 'resp', ARGV[2], 'ctok', ARGV[1])
 redis.call('HDEL', KEYS[1], 'tok')
@@ -325,7 +326,7 @@ func (s *IdempotencyStore) Complete(ctx context.Context, key, token string, resp
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	rk := s.redisKey(key)
-	args := []string{token, rueidis.BinaryString(enc), millis(ttl)}
+	args := []string{token, rueidis.BinaryString(enc), millis(ttl), "0"}
 	if s.replicas == 0 {
 		st, err := idemComplete.Exec(ctx, s.client, []string{rk}, args).ToString()
 		return s.result("complete", rk, st, err)
@@ -373,6 +374,7 @@ func (s *IdempotencyStore) completeWait(ctx context.Context, rk string, args []s
 // answer (a failover: the new primary may have no replica yet), or the
 // lock is found lost, for at most recompleteFor.
 func (s *IdempotencyStore) recomplete(rk string, args []string, failed bool) {
+	args = append(args[:3:3], "1")
 	for end := time.Now().Add(recompleteFor); time.Now().Before(end); {
 		time.Sleep(s.timeout)
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
