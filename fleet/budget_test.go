@@ -206,8 +206,8 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 		procs   = 10
 		timeout = 100 * time.Millisecond
 		killAt  = 800 * time.Millisecond
-		backAt  = 1600 * time.Millisecond
-		endAt   = 3200 * time.Millisecond
+		downFor = 800 * time.Millisecond
+		after   = 1600 * time.Millisecond // the run goes on this long once Redis is back
 	)
 	type proc struct {
 		store   *observed
@@ -219,9 +219,10 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 	}
 	ps := make([]*proc, procs)
 	var restarted atomic.Bool
+	var backAt, endAt atomic.Int64 // from runStart; 0 until Redis is back
 	for i := range ps {
 		f, err := fleet.New(newClient(t, redis), fleet.Options{Timeout: timeout, OnError: func(err error) {
-			if at := time.Since(runStart); at > backAt+time.Second {
+			if at := time.Since(runStart); backAt.Load() > 0 && at > time.Duration(backAt.Load())+time.Second {
 				t.Logf("%v (%v after the run began)", err, at.Round(time.Millisecond))
 			}
 		}})
@@ -251,7 +252,7 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 	var ops atomic.Int64
 	for _, p := range ps {
 		wg.Go(func() {
-			for time.Since(runStart) < endAt {
+			for end := time.Duration(endAt.Load()); end == 0 || time.Since(runStart) < end; end = time.Duration(endAt.Load()) {
 				p.ops.Add(1) // counted as the budget counts it: before it is sent
 				ops.Add(1)
 				if !restarted.Load() {
@@ -284,15 +285,20 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 		p.atKill = p.retries.Load()
 	}
 	down(redis)
-	time.Sleep(backAt - killAt)
+	time.Sleep(downFor)
 	if err := back(redis); err != nil {
 		t.Fatal(err)
 	}
+	// Times from Redis's return as it happened: starting a redis-server
+	// on this loaded machine may take a while.
+	backAt.Store(int64(time.Since(runStart)))
+	endAt.Store(backAt.Load() + int64(after))
 	hitsAtRestart.Store(srv.hits.Load())
 	opsAtRestart.Store(ops.Load())
 	restarted.Store(true)
 	wg.Wait()
 
+	returned := time.Duration(backAt.Load())
 	rule := (&policy.Budget{Window: time.Minute}).Rule()
 	// RefreshInterval + Timeout, and this machine's slack: with -race on
 	// two shared cores, a resumed Redis takes a while to answer the
@@ -304,10 +310,10 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 		var local, sharedDuring, sharedAfter, localAfter int
 		var slowest time.Duration
 		for _, d := range p.store.decisions {
-			if !d.ok && d.at >= backAt {
-				lastLocal = max(lastLocal, d.at-backAt)
+			if !d.ok && d.at >= returned {
+				lastLocal = max(lastLocal, d.at-returned)
 			}
-			if d.at >= killAt && d.at < backAt {
+			if d.at >= killAt && d.at < returned {
 				slowest = max(slowest, d.took)
 				if !d.ok {
 					local++
@@ -315,10 +321,10 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 					sharedDuring++ // leased before, or before the fleet found Redis gone
 				}
 			}
-			if d.at >= backAt+rejoin && !d.ok {
+			if d.at >= returned+rejoin && !d.ok {
 				localAfter++
 			}
-			if d.at >= backAt+rejoin && d.ok {
+			if d.at >= returned+rejoin && d.ok {
 				sharedAfter++
 			}
 		}
@@ -327,10 +333,10 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 			t.Errorf("process %d: no retry decided on its own budget while Redis was down", i)
 		}
 		// Back on the fleet's budget. A call that runs past the 100ms
-		// Timeout on this loaded machine sends a process back to its own
+		// Timeout on this loaded machine sends a process returned to its own
 		// budget until the next refresh: allow a few such.
 		if sharedAfter == 0 || localAfter*5 > sharedAfter {
-			t.Errorf("process %d: %d retries decided by the fleet and %d locally from %v after Redis was back, want (nearly) all by the fleet",
+			t.Errorf("process %d: %d retries decided by the fleet and %d locally from %v after Redis was returned, want (nearly) all by the fleet",
 				i, sharedAfter, localAfter, rejoin)
 		}
 		// Timeout, and this machine's slack: two cores shared by many
@@ -354,11 +360,11 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 	// may retry MinRetries + Ratio × the operations since the restart; a
 	// resumed one has counted fewer operations than there were, which
 	// allows no more.
-	after := srv.hits.Load() - hitsAtRestart.Load() - (ops.Load() - opsAtRestart.Load())
+	retriesAfter := srv.hits.Load() - hitsAtRestart.Load() - (ops.Load() - opsAtRestart.Load())
 	want := rule.Allowance(int(ops.Load() - opsAtRestart.Load()))
-	t.Logf("after the restart: %d operations, %d retries; the fleet's rule allows %.0f", ops.Load()-opsAtRestart.Load(), after, want)
-	if float64(after) > want*1.1 {
-		t.Errorf("retries after the restart: got %d, want at most %.0f (+10%%: some were leased before it)", after, want)
+	t.Logf("after the restart: %d operations, %d retries; the fleet's rule allows %.0f", ops.Load()-opsAtRestart.Load(), retriesAfter, want)
+	if float64(retriesAfter) > want*1.1 {
+		t.Errorf("retries after the restart: got %d, want at most %.0f (+10%%: some were leased before it)", retriesAfter, want)
 	}
 }
 
