@@ -125,6 +125,15 @@ func parseOrigin(s string) (*url.URL, error) {
 	return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
 }
 
+// configError is the error of every request through Endpoints that
+// Validate rejects. It matches policy.ErrInvalidRequest too: a request
+// that cannot be sent as configured is not retried and counts against no
+// host.
+type configError struct{ err error }
+
+func (e configError) Error() string   { return e.err.Error() }
+func (e configError) Unwrap() []error { return []error{e.err, policy.ErrInvalidRequest} }
+
 // origin is one origin of an [alternates] list.
 type origin struct {
 	url  *url.URL // scheme and host
@@ -163,11 +172,21 @@ type endpoints struct {
 	err        error // Validate's error: requests fail with it
 	onEject    func(EjectionEvent)
 	onFailover func(FailoverEvent)
+	breakers   *Breakers // the stack's, when Layers made them; else the stack's context tells
+}
+
+// useBreakers gives ep the Breakers of its stack; a nil ep ignores it.
+func (ep *endpoints) useBreakers(b *Breakers) {
+	if ep != nil {
+		ep.breakers = b
+	}
 }
 
 func newEndpoints(e Endpoints, h Hooks) *endpoints {
 	ep := &endpoints{e: e, onEject: both(e.OnEject, h.OnEject), onFailover: both(e.OnFailover, h.OnFailover)}
-	ep.origins, ep.err = parseAlternates(e.Alternates)
+	if ep.origins, ep.err = parseAlternates(e.Alternates); ep.err != nil {
+		ep.err = configError{ep.err}
+	}
 	ep.e.OnEject, ep.e.OnFailover = ep.onEject, ep.onFailover
 	return ep
 }
@@ -266,7 +285,7 @@ func (t *endpointOpTransport) RoundTrip(req *http.Request) (*http.Response, erro
 // nil when there are none. It sits above the per-host layers (quotas,
 // breakers), so that each origin has its own.
 func (ep *endpoints) alternates() Middleware {
-	if len(ep.origins) == 0 && ep.err == nil {
+	if ep == nil || len(ep.origins) == 0 && ep.err == nil {
 		return nil
 	}
 	return func(next http.RoundTripper) http.RoundTripper {
@@ -282,13 +301,14 @@ type alternatesTransport struct {
 // CloseIdleConnections forwards to the next RoundTripper.
 func (t *alternatesTransport) CloseIdleConnections() { closeIdle(t.next) }
 
-// refusedAt reports whether the origin u of req would be refused at at
-// by the breakers beneath.
-func refusedOrigin(st *stack, req *http.Request, u *url.URL, at time.Time) bool {
-	if st == nil {
-		return false
+// refusedOrigin reports whether the origin u of req (req's own when
+// nil) would be refused at at by the breakers beneath: ep's, else those
+// the stack of req's context knows of.
+func (ep *endpoints) refusedOrigin(st *stack, req *http.Request, u *url.URL, at time.Time) bool {
+	b := ep.breakers
+	if b == nil && st != nil {
+		b = st.breakersOf(req)
 	}
-	b := st.breakersOf(req)
 	if b == nil {
 		return false
 	}
@@ -301,14 +321,14 @@ func refusedOrigin(st *stack, req *http.Request, u *url.URL, at time.Time) bool 
 // pick returns the index in list of the origin an attempt of req goes to
 // at now: the first from start, in turn, whose circuit is not open; start
 // when every one is.
-func pick(st *stack, req *http.Request, list []origin, start int, now time.Time) int {
+func (ep *endpoints) pick(st *stack, req *http.Request, list []origin, start int, now time.Time) int {
 	for k := range list {
 		i := (start + k) % len(list)
 		var u *url.URL
 		if i != 0 {
 			u = list[i].url
 		}
-		if !refusedOrigin(st, req, u, now) {
+		if !ep.refusedOrigin(st, req, u, now) {
 			return i
 		}
 	}
@@ -347,7 +367,7 @@ func (t *alternatesTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	if op != nil {
 		start = int(op.next.Load()) % len(list)
 	}
-	i := pick(st, req, list, start, time.Now())
+	i := t.ep.pick(st, req, list, start, time.Now())
 	for tries := 1; ; tries++ {
 		r := req
 		if i != 0 {
@@ -367,7 +387,7 @@ func (t *alternatesTransport) RoundTrip(req *http.Request) (*http.Response, erro
 			// be sent again. Nothing was sent, so nothing is resent.
 			if body, ok := freshBody(req); ok {
 				req = body
-				i = pick(st, req, list, (i+1)%len(list), time.Now())
+				i = t.ep.pick(st, req, list, (i+1)%len(list), time.Now())
 				continue
 			}
 		}
@@ -418,7 +438,7 @@ func routeOf(req *http.Request, at time.Time) *http.Request {
 	if list == nil {
 		return req
 	}
-	i := pick(stackOf(ctx), req, list, int(op.next.Load())%len(list), at)
+	i := op.ep.pick(stackOf(ctx), req, list, int(op.next.Load())%len(list), at)
 	if i == 0 {
 		return req
 	}

@@ -339,8 +339,8 @@ func Layers(o Options) []Middleware {
 		p.OnCopyCanceled = both(p.OnCopyCanceled, h.OnCopyCanceled)
 		mws = append(mws, hedgeMiddleware(p, b))
 	}
-	if ep != nil {
-		mws = append(mws, ep.alternates()) // nil without alternates: Chain skips it
+	if mw := ep.alternates(); mw != nil {
+		mws = append(mws, mw)
 	}
 	if o.Throttle != nil {
 		mws = append(mws, throttleMiddleware(o.Throttle, h.OnThrottle))
@@ -363,6 +363,7 @@ func Layers(o Options) []Middleware {
 			}
 			b = newBreakers(s, reg)
 		}
+		ep.useBreakers(b) // the alternates ask them whether an origin's circuit is open
 		mws = append(mws, b.Middleware())
 	}
 	attempt := o.AttemptTimeout
