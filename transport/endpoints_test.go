@@ -192,11 +192,13 @@ func TestAlternatesWhileOriginRefuses(t *testing.T) {
 			var down atomic.Bool
 			n.RefuseWhen("origin.test", down.Load)
 			base := n.Transport()
+			t.Cleanup(func() {
+				base.CloseIdleConnections()
+				origin.Close()
+				alt.Close()
+			})
 			env := &failoverEnv{base: base, originURL: origin.URL, altURL: alt.URL, setDown: down.Store}
 			failoverOps(t, env, s)
-			base.CloseIdleConnections()
-			origin.Close()
-			alt.Close()
 		})
 	})
 	t.Run("loopback", func(t *testing.T) {
@@ -249,11 +251,11 @@ func TestAlternatesCircuitOpen(t *testing.T) {
 		}))
 		alt := n.Serve("alternate.test", s.handler(true))
 		base := n.Transport()
-		defer func() {
+		t.Cleanup(func() {
 			base.CloseIdleConnections()
 			origin.Close()
 			alt.Close()
-		}()
+		})
 		breakers := NewBreakers(BreakerSettings{Cooldown: time.Hour})
 		with := New(Options{Base: base, Breakers: breakers, Retry: policy.Retry{MaxAttempts: 1},
 			Endpoints: Endpoints{Alternates: map[string][]string{origin.URL: {alt.URL}},
