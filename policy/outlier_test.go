@@ -75,7 +75,7 @@ func TestOutlierRecord(t *testing.T) {
 	}{
 		{"five failures in a row eject for 30s", Outlier{}, []step{
 			{0, true, 0, false, 0}, {1, true, 0, false, 0}, {2, true, 0, false, 0}, {3, true, 0, false, 0},
-			{4, true, 0, true, 30 * time.Second + 4},
+			{4, true, 0, true, 30*time.Second + 4},
 		}},
 		{"a success in between starts the count again", Outlier{}, []step{
 			{0, true, 0, false, 0}, {1, true, 0, false, 0}, {2, true, 0, false, 0}, {3, true, 0, false, 0},

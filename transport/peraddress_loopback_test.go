@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math/big"
 	mrand "math/rand/v2"
 	"net"
@@ -168,8 +169,14 @@ func TestPerAddressEjectsABadAddress(t *testing.T) {
 			attempt := 200 * time.Millisecond
 			bareRT := rrBase()
 			plainRT := New(Options{Base: rrBase(), AttemptTimeout: attempt})
+			var opened atomic.Int64 // the PerAddress stack's breaker opening: its host is not down
 			perRT := New(Options{Base: &http.Transport{MaxIdleConnsPerHost: 100}, AttemptTimeout: attempt,
-				Endpoints: Endpoints{PerAddress: true, LookupHost: lookupThree}})
+				Endpoints: Endpoints{PerAddress: true, LookupHost: lookupThree},
+				Hooks: Hooks{OnBreakerStateChange: func(_ string, _, to BreakerState) {
+					if to == BreakerOpen {
+						opened.Add(1)
+					}
+				}}})
 			clients := []struct {
 				name string
 				c    *http.Client
@@ -226,6 +233,9 @@ func TestPerAddressEjectsABadAddress(t *testing.T) {
 			}
 			if got, n := counts.share(clients[per].name, bad); n == 0 || got >= 0.05 {
 				t.Errorf("PerAddress: the bad address got %.2f%% of %d attempts after the first second, want under 5%%", 100*got, n)
+			}
+			if n := opened.Load(); n != 0 {
+				t.Errorf("PerAddress: the host's breaker opened %d times, want never: one bad address of three is not the host's failure", n)
 			}
 			// Never worse than the bare client.
 			if p, b := float64(fails[per].Load())/float64(ops[per].Load()), float64(fails[0].Load())/float64(max(ops[0].Load(), 1)); p > b {
@@ -349,6 +359,7 @@ func TestPerAddressTLSAndHTTP2(t *testing.T) {
 				fmt.Fprintf(w, "%s %s", r.Proto, r.TLS.ServerName)
 			}),
 			TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}},
+			ErrorLog:  log.New(io.Discard, "", 0), // the other name's failed handshakes
 		}
 		srvs = append(srvs, srv)
 		go srv.ServeTLS(l, "", "")
@@ -396,5 +407,73 @@ func TestPerAddressTLSAndHTTP2(t *testing.T) {
 	var herr x509.HostnameError
 	if !errors.As(err, &herr) {
 		t.Errorf("another name: err = %v, want an x509.HostnameError", err)
+	}
+}
+
+// TestPerAddressHedgesGoToUntriedAddresses: every address answers
+// slowly; each operation's first copy and its hedges (one or two, as the
+// retry budget allows) go to different addresses.
+func TestPerAddressHedgesGoToUntriedAddresses(t *testing.T) {
+	ls, port := listenThree(t)
+	var mu sync.Mutex
+	seen := map[string][]string{} // operation -> addresses
+	stop := make(chan struct{})
+	var srvs []*http.Server
+	for _, l := range ls {
+		ip, _, _ := net.SplitHostPort(l.Addr().String())
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen[r.Header.Get("X-Op")] = append(seen[r.Header.Get("X-Op")], ip)
+			mu.Unlock()
+			select {
+			case <-time.After(300 * time.Millisecond):
+			case <-r.Context().Done():
+			case <-stop:
+			}
+		})}
+		srvs = append(srvs, srv)
+		go srv.Serve(l)
+	}
+	defer func() {
+		close(stop)
+		for _, s := range srvs {
+			s.Close()
+		}
+	}()
+	rt := New(Options{
+		Hedge:     &policy.Hedge{Delay: 20 * time.Millisecond, MaxHedges: 2},
+		Endpoints: Endpoints{PerAddress: true, LookupHost: lookupThree},
+	})
+	c := &http.Client{Transport: rt}
+	defer c.CloseIdleConnections()
+	const ops = 8
+	var wg sync.WaitGroup
+	for i := range ops {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodGet, "http://api.sturdy.test:"+port+"/", nil)
+			req.Header.Set("X-Op", strconv.Itoa(i))
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Errorf("op %d: %v", i, err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for op, addrs := range seen {
+		distinct := map[string]bool{}
+		for _, a := range addrs {
+			distinct[a] = true
+		}
+		if len(addrs) < 2 || len(distinct) != len(addrs) {
+			t.Errorf("op %s went to %v, want hedges, each to an address of its own", op, addrs)
+		}
+	}
+	if len(seen) != ops {
+		t.Errorf("saw %d operations, want %d", len(seen), ops)
 	}
 }
