@@ -237,8 +237,9 @@ func TestPerAddressEjectsABadAddress(t *testing.T) {
 			if n := opened.Load(); n != 0 {
 				t.Errorf("PerAddress: the host's breaker opened %d times, want never: one bad address of three is not the host's failure", n)
 			}
-			// Never worse than the bare client.
-			if p, b := float64(fails[per].Load())/float64(ops[per].Load()), float64(fails[0].Load())/float64(max(ops[0].Load(), 1)); p > b {
+			// Never worse than the bare client, beyond the noise of a
+			// fault that a few operations may meet before the ejection.
+			if p, b := float64(fails[per].Load())/float64(max(ops[per].Load(), 1)), float64(fails[0].Load())/float64(max(ops[0].Load(), 1)); p > b+0.005 {
 				t.Errorf("PerAddress failed %.2f%% of operations, the bare client %.2f%%", 100*p, 100*b)
 			}
 		})
