@@ -27,6 +27,10 @@ const staleRefresh = time.Second
 // OnEject. [New] makes one when Options.Endpoints.PerAddress is set; use
 // this function to put it beneath a RoundTripper of your own.
 //
+// Pools are kept for up to 10,000 hosts. To make room, hosts unused for
+// two RefreshIntervals are forgotten and their idle connections closed;
+// when none is, a new host uses base.
+//
 // The operation's record of the addresses it tried is kept by the
 // outermost layer of [Layers]; without it, requests are still spread and
 // addresses ejected, but a retry may go to an address already tried.
@@ -67,13 +71,14 @@ type perAddress struct {
 	refresh time.Duration
 	onEject func(EjectionEvent)
 
-	mu    sync.RWMutex
-	hosts map[hosts.Key]*addrHost
+	mu       sync.RWMutex
+	hosts    map[hosts.Key]*addrHost
+	maxHosts int // hosts with pools of their own; more use the base
 }
 
 func newPerAddress(base *http.Transport, e *Endpoints) *perAddress {
 	p := &perAddress{base: base, lookup: e.LookupHost, outlier: e.Outlier, refresh: e.RefreshInterval, onEject: e.OnEject,
-		hosts: make(map[hosts.Key]*addrHost)}
+		hosts: make(map[hosts.Key]*addrHost), maxHosts: hosts.DefaultMaxHosts}
 	if p.lookup == nil {
 		p.lookup = net.DefaultResolver.LookupHost
 	}
@@ -96,6 +101,7 @@ type addrHost struct {
 	stale     bool                 // a connection failed: resolve again soon
 	resolving chan struct{}        // closed when the resolution under way ends; nil when none
 	rr        int                  // where the next pick starts
+	used      time.Time            // the latest pick
 }
 
 // addrPool is one address of a host and its connection pool.
@@ -148,6 +154,9 @@ func (p *perAddress) host(req *http.Request) *addrHost {
 			port = "443"
 		}
 	}
+	if len(p.hosts) >= p.maxHosts && !p.forgetIdle() {
+		return &addrHost{direct: true} // no room: the base serves it
+	}
 	h = &addrHost{name: name, port: port, hostport: net.JoinHostPort(name, port), pools: make(map[string]*addrPool)}
 	h.direct = net.ParseIP(name) != nil
 	if p.base.Proxy != nil && !h.direct {
@@ -156,6 +165,27 @@ func (p *perAddress) host(req *http.Request) *addrHost {
 	}
 	p.hosts[k] = h
 	return h
+}
+
+// forgetIdle forgets the hosts not used for two RefreshIntervals and
+// closes their idle connections, with p.mu held. It reports whether it
+// made room.
+func (p *perAddress) forgetIdle() bool {
+	cut := time.Now().Add(-2 * p.refresh)
+	n := len(p.hosts)
+	for k, h := range p.hosts {
+		h.mu.Lock()
+		idle := h.resolving == nil && h.used.Before(cut)
+		h.mu.Unlock()
+		if !idle {
+			continue
+		}
+		delete(p.hosts, k)
+		for _, pl := range h.pools {
+			pl.rt.CloseIdleConnections()
+		}
+	}
+	return len(p.hosts) < n
 }
 
 // pool returns a clone of the base that dials ip on port.
@@ -244,6 +274,7 @@ func (p *perAddress) pick(ctx context.Context, h *addrHost, tried []*addrPool) (
 	if err := p.resolve(ctx, h, now); err != nil {
 		return nil, err
 	}
+	h.used = now
 	n := len(h.addrs)
 	start := h.rr % n
 	h.rr = start + 1

@@ -88,3 +88,46 @@ func TestPerAddressResolvesAgain(t *testing.T) {
 		c.CloseIdleConnections()
 	})
 }
+
+// TestPerAddressForgetsIdleHosts: past its bound of hosts, PerAddress
+// forgets the hosts idle for two RefreshIntervals; when none is, a new
+// host is served by the base.
+func TestPerAddressForgetsIdleHosts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := httptestutil.NewNetwork()
+		srv := n.Serve("10.0.0.1:80", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+		base := n.Transport()
+		t.Cleanup(func() {
+			base.CloseIdleConnections()
+			srv.Close()
+		})
+		// The base dials host names itself on the in-memory network:
+		// a.test and b.test listen nowhere, so only a per-address pool
+		// reaches 10.0.0.1.
+		p := newPerAddress(base, &Endpoints{RefreshInterval: time.Second,
+			LookupHost: func(context.Context, string) ([]string, error) { return []string{"10.0.0.1"}, nil }})
+		p.maxHosts = 1
+		get := func(host string) error {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+host+"/", nil)
+			resp, err := p.RoundTrip(req)
+			if err == nil {
+				readAll(t, resp)
+			}
+			return err
+		}
+		if err := get("a.test"); err != nil {
+			t.Fatalf("first host: %v", err)
+		}
+		if err := get("b.test"); err == nil {
+			t.Fatal("second host, the bound full: served through a pool, want the base (which cannot reach it)")
+		}
+		time.Sleep(3 * time.Second)
+		if err := get("b.test"); err != nil {
+			t.Fatalf("second host, the first idle: %v", err)
+		}
+		if got := len(p.hosts); got != 1 {
+			t.Errorf("%d hosts kept, want 1", got)
+		}
+		p.CloseIdleConnections()
+	})
+}
