@@ -17,7 +17,7 @@
 //
 // New stacks, outermost first:
 //
-//	[Endpoints], IdempotencyKey, Deadline(Timeout), Retry, [Hedge], [Alternates], [Throttle],
+//	[Endpoints], IdempotencyKey, Deadline(Timeout), Retry, [Hedge], Alternates, [Throttle],
 //	RateLimitAware, Breaker, FirstEvent, Deadline(AttemptTimeout), [PropagateDeadline], [PerAddress] base
 //
 // Hedge, Throttle and PropagateDeadline are there only when Options.Hedge,
