@@ -116,13 +116,15 @@ func TestFleetBudgetTenProcesses(t *testing.T) {
 
 			redisDo(t, newClient(t, redis), "FLUSHALL")
 			shared := make([]*policy.Budget, procs)
+			stores := make([]*observed, procs)
 			for i := range shared {
 				f, err := fleet.New(newCountingClient(t, redis), fleet.Options{Timeout: time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { f.Close() })
-				shared[i] = &policy.Budget{Window: rule.Window, Store: f.Budgets()}
+				stores[i] = &observed{BudgetStore: f.Budgets()}
+				shared[i] = &policy.Budget{Window: rule.Window, Store: stores[i]}
 			}
 			fl := runProcesses(t, ts.URL, &srv.hits, shared, tt.workers, tt.opsPerWorker, tt.think, tt.run)
 
@@ -142,7 +144,21 @@ func TestFleetBudgetTenProcesses(t *testing.T) {
 				"Redis round trips %d, %.4f per operation",
 				procs, fl.ops, fl.retries, wantFleet, pp.retries, wantLocal, float64(pp.retries)/float64(fl.retries),
 				fl.trips, float64(fl.trips)/float64(fl.ops))
-			if got := float64(fl.retries); got > wantFleet || got < 0.9*wantFleet {
+			// A call to Redis slower than Timeout (1s) sends a process to
+			// its own budget for that retry: none should on this run, but
+			// a loaded machine under -race has seen it.
+			fallbacks := 0
+			for _, o := range stores {
+				for _, d := range o.decisions {
+					if !d.ok {
+						fallbacks++
+					}
+				}
+			}
+			if fallbacks > 0 {
+				t.Logf("%d retries decided by a process's own budget: Redis did not answer within Timeout", fallbacks)
+			}
+			if got := float64(fl.retries); got > wantFleet+float64(fallbacks) || got < 0.9*wantFleet {
 				t.Errorf("retries with the fleet's budget: got %.0f, want within 10%% under %.0f", got, wantFleet)
 			}
 			if got := float64(pp.retries); got > wantLocal || got < 0.9*wantLocal {
@@ -291,11 +307,11 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 	}
 	// Times from Redis's return as it happened: starting a redis-server
 	// on this loaded machine may take a while.
-	backAt.Store(int64(time.Since(runStart)))
-	endAt.Store(backAt.Load() + int64(after))
+	restarted.Store(true) // first: a retry counted as before the restart was decided before backAt
 	hitsAtRestart.Store(srv.hits.Load())
 	opsAtRestart.Store(ops.Load())
-	restarted.Store(true)
+	backAt.Store(int64(time.Since(runStart)))
+	endAt.Store(backAt.Load() + int64(after))
 	wg.Wait()
 
 	returned := time.Duration(backAt.Load())
