@@ -165,7 +165,7 @@ func (e *RetryError) Timeout() bool {
 	return errors.Is(e.Err, context.DeadlineExceeded) || errors.As(e.Err, &t) && t.Timeout()
 }
 
-var errNilResponse = errors.New("transport: RoundTripper returned a nil *Response with a nil error")
+var errNilResponse error = nilResponseError{} // final: see localfinal.go
 
 type attemptKey struct{}
 
