@@ -188,6 +188,12 @@ type Options struct {
 	// zero value uses [policy.DefaultStreamPreambles].
 	Stream policy.Stream
 
+	// Endpoints says where requests to a host may go: a connection pool
+	// per address of the host, with failing addresses ejected, and
+	// alternate origins while one fails. Its zero value changes nothing
+	// and costs nothing.
+	Endpoints Endpoints
+
 	// Hooks observe what the stack does. They are added to any hooks set
 	// in Retry, Breaker and RateLimit, which still run.
 	Hooks Hooks
@@ -228,6 +234,11 @@ type Hooks struct {
 	// its first content event, or at an error event, an end or a stall
 	// before it (see Options.FirstEventTimeout).
 	OnStreamCommit func(StreamEvent)
+	// OnEject is called when Endpoints.PerAddress ejects an address.
+	OnEject func(EjectionEvent)
+	// OnFailover is called for each attempt sent to an alternate origin
+	// (see Endpoints.Alternates).
+	OnFailover func(FailoverEvent)
 }
 
 // New returns the recommended stack, outermost first:
@@ -235,7 +246,9 @@ type Hooks struct {
 //	IdempotencyKey, Deadline(Timeout), Retry, RateLimitAware, Breaker, FirstEvent, Deadline(AttemptTimeout), base
 //
 // Options.Hedge adds [Hedge], then Options.Throttle adds [Throttle],
-// between Retry and RateLimitAware. Options.PropagateDeadline adds
+// between Retry and RateLimitAware. Options.Endpoints adds a layer
+// outermost, its alternates above Throttle, and its per-address pools
+// beneath everything. Options.PropagateDeadline adds
 // [PropagateDeadline] just above base. Options.Disable switches layers off.
 // New is Chain(base, Layers(o)...).
 //
@@ -271,6 +284,11 @@ func Layers(o Options) []Middleware {
 	reg := hosts.New(hosts.Options{MaxHosts: o.RateLimit.MaxHosts}) // every layer's per-host state
 
 	var mws []Middleware
+	var ep *endpoints // Endpoints: the outermost layer, one above the per-host layers, and the base's pools
+	if o.Endpoints.on() {
+		ep = newEndpoints(o.Endpoints, h)
+		mws = append(mws, ep.operation())
+	}
 	if on(LayerIdempotencyKey) {
 		mws = append(mws, IdempotencyKey(o.Idempotency))
 	}
@@ -327,6 +345,9 @@ func Layers(o Options) []Middleware {
 		p.OnCopyCanceled = both(p.OnCopyCanceled, h.OnCopyCanceled)
 		mws = append(mws, hedgeMiddleware(p, b))
 	}
+	if mw := ep.alternates(); mw != nil {
+		mws = append(mws, mw)
+	}
 	if o.Throttle != nil {
 		mws = append(mws, throttleMiddleware(o.Throttle, h.OnThrottle))
 	}
@@ -350,6 +371,7 @@ func Layers(o Options) []Middleware {
 			}
 			b = newBreakers(s, reg)
 		}
+		ep.useBreakers(b) // the alternates ask them whether an origin's circuit is open
 		mws = append(mws, b.Middleware())
 	}
 	attempt := o.AttemptTimeout
@@ -365,6 +387,9 @@ func Layers(o Options) []Middleware {
 	mws = append(mws, boundMiddleware(boundHeaders, attempt, idle, boundAttempt, o.ReadBody))
 	if o.PropagateDeadline {
 		mws = append(mws, PropagateDeadline(""))
+	}
+	if ep != nil && o.Endpoints.PerAddress {
+		mws = append(mws, ep.perAddressMiddleware())
 	}
 	return mws
 }
