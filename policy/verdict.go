@@ -79,6 +79,9 @@ func judgeFailure(o *Outcome) Verdict {
 		if unprocessed {
 			return v // HostIgnored: a server draining its connections for a deploy is not failing
 		}
+		if _, ok := LocalFinal(err); ok {
+			return v // HostIgnored: the host answered; the client could not take its answer
+		}
 		v.Host = HostFailing
 		return v
 	}

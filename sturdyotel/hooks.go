@@ -3,7 +3,9 @@ package sturdyotel
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"strconv"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -22,7 +24,7 @@ type instruments struct {
 	hedges, hedgesWon, hedgesCanceled            metric.Int64Counter
 	breakerChanges, breakerRefusals              metric.Int64Counter
 	quotaWaits, quotaRejections, throttleRejects metric.Int64Counter
-	streams                                      metric.Int64Counter
+	streams, ejections, failovers                metric.Int64Counter
 }
 
 func newInstruments(m metric.Meter) instruments {
@@ -48,6 +50,8 @@ func newInstruments(m metric.Meter) instruments {
 		quotaRejections: counter(MetricQuotaRejections, "{request}", "Requests failed fast because their quota wait could not end in time."),
 		throttleRejects: counter(MetricThrottleRejections, "{request}", "Requests the adaptive throttle shed unsent."),
 		streams:         counter(MetricStreamReadAheads, "{stream}", "Streams read ahead to their first content event, committed or failed."),
+		ejections:       counter(MetricEjections, "{ejection}", "Addresses of a host ejected after failing."),
+		failovers:       counter(MetricFailovers, "{attempt}", "Attempts sent to an alternate origin."),
 	}
 }
 
@@ -211,6 +215,24 @@ func (t *Telemetry) Hooks() transport.Hooks {
 			}
 			add(ctx, in.streams, attrs)
 			event(ctx, EventStream, append(attrs, attribute.Float64(attrWait, e.Wait.Seconds()))...)
+		},
+		OnEject: func(e transport.EjectionEvent) {
+			host, port, _ := net.SplitHostPort(e.Host)
+			p, _ := strconv.Atoi(port)
+			add(context.Background(), in.ejections, []attribute.KeyValue{
+				semconv.ServerAddress(host), semconv.ServerPort(p),
+				semconv.NetworkPeerAddress(e.Address),
+				attribute.Int(attrEjections, e.Ejections),
+			})
+		},
+		OnFailover: func(e transport.FailoverEvent) {
+			if quiet(reqContext(e.Request), in.failovers) {
+				return
+			}
+			ctx, attrs := requestAttrs(e.Request, 2)
+			attrs = append(attrs, attribute.String(attrFailoverTo, e.To), attribute.String(attrFailoverWhy, e.Reason))
+			add(ctx, in.failovers, attrs)
+			event(ctx, EventFailover, attrs...)
 		},
 	}
 }

@@ -45,6 +45,13 @@ const (
 	// content event, by sturdy.stream.committed and the status an error
 	// event stood for.
 	MetricStreamReadAheads = "sturdy.client.stream.read_aheads"
+	// MetricEjections counts addresses that Endpoints.PerAddress ejected,
+	// by server.address, server.port and network.peer.address; they carry
+	// no request attributes.
+	MetricEjections = "sturdy.client.endpoints.ejections"
+	// MetricFailovers counts attempts sent to an alternate origin, by
+	// sturdy.failover.to and sturdy.failover.reason.
+	MetricFailovers = "sturdy.client.endpoints.failovers"
 )
 
 // The events that [Telemetry] adds to the caller's span (the span of the
@@ -73,6 +80,9 @@ const (
 	// EventStream: a stream's read ahead ended after sturdy.wait.duration:
 	// committed at its first content event, or failed before it.
 	EventStream = "sturdy.stream.first_event"
+	// EventFailover: an attempt went to the alternate origin
+	// sturdy.failover.to, for sturdy.failover.reason.
+	EventFailover = "sturdy.failover"
 )
 
 // sturdy's attribute keys, all under the sturdy namespace.
@@ -94,4 +104,7 @@ const (
 	attrRetryIn     = "sturdy.breaker.retry_in"        // seconds until an open breaker probes
 	attrProb        = "sturdy.throttle.probability"    // the throttle's rejection probability
 	attrCommitted   = "sturdy.stream.committed"        // bool: a content event came, the stream was handed back
+	attrFailoverTo  = "sturdy.failover.to"             // the alternate origin an attempt went to
+	attrFailoverWhy = "sturdy.failover.reason"         // "circuit open", "attempt failed"
+	attrEjections   = "sturdy.endpoints.ejections"     // int: times the address was ejected
 )

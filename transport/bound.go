@@ -109,7 +109,7 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 			w.Settle() // a failure after the deadline is the deadline's
 		}
 		if cut := w.Release(); cut != nil && err != nil {
-			err = cut
+			err = withAttempts(cut, err) // the cut, and how many attempts it ended
 		}
 		return resp, err
 	}

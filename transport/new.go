@@ -143,6 +143,12 @@ type Options struct {
 	// breakers.
 	Breakers *Breakers
 
+	// GoBreaker, when set, puts circuits of github.com/sony/gobreaker/v2,
+	// made from its settings, in place of the default circuits (see
+	// [GoBreaker]). Breaker and Breakers are then unused. Nil means the
+	// default circuits.
+	GoBreaker *GoBreakerSettings
+
 	// RateLimit configures how server quotas are honoured; see
 	// [ratelimit.Options] for its defaults. Its MaxHosts also bounds the
 	// one table that holds every layer's per-host state. Zero MaxHosts
@@ -191,6 +197,12 @@ type Options struct {
 	// zero value uses [policy.DefaultStreamPreambles].
 	Stream policy.Stream
 
+	// Endpoints says where requests to a host may go: a connection pool
+	// per address of the host, with failing addresses ejected, and
+	// alternate origins while one fails. Its zero value changes nothing
+	// and costs nothing.
+	Endpoints Endpoints
+
 	// Hooks observe what the stack does. They are added to any hooks set
 	// in Retry, Breaker and RateLimit, which still run.
 	Hooks Hooks
@@ -231,6 +243,11 @@ type Hooks struct {
 	// its first content event, or at an error event, an end or a stall
 	// before it (see Options.FirstEventTimeout).
 	OnStreamCommit func(StreamEvent)
+	// OnEject is called when Endpoints.PerAddress ejects an address.
+	OnEject func(EjectionEvent)
+	// OnFailover is called for each attempt sent to an alternate origin
+	// (see Endpoints.Alternates).
+	OnFailover func(FailoverEvent)
 }
 
 // New returns the recommended stack, outermost first:
@@ -238,7 +255,9 @@ type Hooks struct {
 //	IdempotencyKey, Deadline(Timeout), Retry, RateLimitAware, Breaker, FirstEvent, Deadline(AttemptTimeout), base
 //
 // Options.Hedge adds [Hedge], then Options.Throttle adds [Throttle],
-// between Retry and RateLimitAware. Options.PropagateDeadline adds
+// between Retry and RateLimitAware. Options.Endpoints adds a layer
+// outermost, its alternates above Throttle, and its per-address pools
+// beneath everything. Options.PropagateDeadline adds
 // [PropagateDeadline] just above base. Options.Disable switches layers off.
 // New is Chain(base, Layers(o)...).
 //
@@ -272,8 +291,9 @@ func Layers(o Options) []Middleware {
 	p := newParts(o)
 	var mws []Middleware
 	for _, mw := range [...]Middleware{
-		p.idempotency(), p.timeout(), p.retry(), p.hedge(), p.throttle(),
-		p.rateLimit(), p.breaker(), p.firstEvent(), p.attempt(), p.propagate(),
+		p.endpoints(), p.idempotency(), p.timeout(), p.retry(), p.hedge(),
+		p.ep.alternates(), p.throttle(), p.rateLimit(), p.breaker(),
+		p.firstEvent(), p.attempt(), p.propagate(), p.perAddress(),
 	} {
 		if mw != nil {
 			mws = append(mws, mw)
@@ -289,6 +309,7 @@ func Layers(o Options) []Middleware {
 type parts struct {
 	o      Options
 	reg    *hosts.Registry
+	ep     *endpoints    // Endpoints: the outermost layer, one above the per-host layers, and the base's pools; nil: none
 	budget retryBudget   // nil: none
 	limit  time.Duration // Timeout, its default applied; 0: off
 	idle   time.Duration // IdleTimeout, its default applied; 0: off
@@ -308,6 +329,9 @@ func newParts(o Options) *parts {
 	if !p.on(LayerIdleTimeout) {
 		p.idle = 0
 	}
+	if o.Endpoints.on() {
+		p.ep = newEndpoints(o.Endpoints, o.Hooks)
+	}
 	switch {
 	case o.Retry.Budget != nil:
 		p.budget = budgetOf(o.Retry.Budget)
@@ -319,6 +343,20 @@ func newParts(o Options) *parts {
 
 // on reports whether the layer l is on.
 func (p *parts) on(l Layer) bool { return p.o.Disable&l == 0 }
+
+func (p *parts) endpoints() Middleware {
+	if p.ep == nil {
+		return nil
+	}
+	return p.ep.operation()
+}
+
+func (p *parts) perAddress() Middleware {
+	if p.ep == nil || !p.o.Endpoints.PerAddress {
+		return nil
+	}
+	return p.ep.perAddressMiddleware()
+}
 
 func (p *parts) idempotency() Middleware {
 	if !p.on(LayerIdempotencyKey) {
@@ -395,6 +433,9 @@ func (p *parts) breaker() Middleware {
 	if !p.on(LayerBreaker) {
 		return nil
 	}
+	if p.o.GoBreaker != nil {
+		return GoBreaker(*p.o.GoBreaker) // gobreaker's circuits in place of the default ones
+	}
 	b := p.o.Breakers
 	if b == nil {
 		s := p.o.Breaker
@@ -406,6 +447,7 @@ func (p *parts) breaker() Middleware {
 		}
 		b = newBreakers(s, p.reg)
 	}
+	p.ep.useBreakers(b) // the alternates ask them whether an origin's circuit is open
 	return b.Middleware()
 }
 

@@ -38,6 +38,8 @@ type operation struct {
 	// waits only to be refused.
 	breakers atomic.Pointer[Breakers]
 	tracker  atomic.Pointer[ratelimit.Tracker]
+	// ep is what Endpoints keeps of the operation; nil without them.
+	ep *endpointOp
 	// What Retry says of how the operation ended, for OperationOf.
 	attempts int
 	reason   policy.Reason
@@ -56,6 +58,8 @@ type scope struct {
 	throttled bool           // a Throttle above passed the request
 	held      *heldStream    // the stream a failed attempt holds (see restoreStream)
 	readBody  int64          // WithReadBody's limit; 0: the stack's
+	attempts  int            // WithAttempts's attempts; 0: the stack's
+	addr      string         // the address Endpoints.PerAddress sent the attempt to
 }
 
 // withScope returns ctx with a copy of its scope (an empty one when it
@@ -114,6 +118,7 @@ func (op *operation) refusedAt(req *http.Request, at time.Time) error {
 	if op == nil {
 		return nil
 	}
+	req = routeOf(req, at) // the origin an attempt would go to (Endpoints.Alternates)
 	if b := op.breakers.Load(); b != nil {
 		if err := b.refusedAt(req, at); err != nil {
 			return err
@@ -133,6 +138,7 @@ func (op *operation) hedgeRefusedAt(req *http.Request, at time.Time) error {
 	if op == nil {
 		return nil
 	}
+	req = routeOf(req, at) // the origin a hedge would go to (Endpoints.Alternates)
 	if b := op.breakers.Load(); b != nil {
 		return b.hedgeRefusedAt(req, at)
 	}
@@ -222,16 +228,32 @@ type Operation struct {
 	Reason policy.Reason
 	// Waited is the time spent waiting between attempts.
 	Waited time.Duration
+	// Origin is the origin ("https://api.example.com") that served the
+	// operation's response, an alternate's when one did (see
+	// [Endpoints]); empty without Endpoints.
+	Origin string
+	// Address is the address that served it, with
+	// Endpoints.PerAddress; empty otherwise.
+	Address string
 }
 
 // OperationOf returns how the operation that resp ends went, when it passed
 // a [Retry] layer; ok is false otherwise. It answers through [http.Client]
 // and any RoundTripper above the stack. So a caller who gets a 503 after
 // retries learns how many attempts were made and why they stopped.
-func OperationOf(resp *http.Response) (Operation, bool) {
+func OperationOf(resp *http.Response) (op Operation, ok bool) {
 	if resp == nil || resp.Request == nil {
 		return Operation{}, false
 	}
+	op, ok = operationOf(resp)
+	if servedBy(resp, &op) { // Endpoints: which origin and address served it
+		op.Attempts, ok = max(op.Attempts, 1), true
+	}
+	return op, ok
+}
+
+// operationOf is OperationOf without Endpoints.
+func operationOf(resp *http.Response) (Operation, bool) {
 	op := opOf(resp.Request.Context())
 	if op == nil || op.retry == nil {
 		return Operation{}, false

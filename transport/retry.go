@@ -166,7 +166,7 @@ func (e *RetryError) Timeout() bool {
 	return errors.Is(e.Err, context.DeadlineExceeded) || errors.As(e.Err, &t) && t.Timeout()
 }
 
-var errNilResponse = errors.New("transport: RoundTripper returned a nil *Response with a nil error")
+var errNilResponse error = nilResponseError{} // final: see localfinal.go
 
 // AttemptFromContext returns the number of the attempt a request belongs
 // to, as [Retry] sets it. The first attempt is 1, the first retry 2, and so
@@ -184,7 +184,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil { // nothing to retry: let the base report the error
 		return t.next.RoundTrip(req)
 	}
-	o := retryRun{t: t, req: req}
+	o := retryRun{t: t, c: t.c.forRequest(req), req: req} // WithAttempts
 	r, err := o.begin()
 	if err != nil {
 		return t.giveUp(req, 0, nil, err, policy.Step{Reason: policy.ReasonCallerError})
@@ -192,7 +192,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	defer o.body.Finish()
 	for o.n = 1; ; o.n++ {
 		resp, err := o.send(r)
-		if err == nil && resp.StatusCode < 400 && t.c.defaultCls {
+		if err == nil && resp.StatusCode < 400 && o.c.defaultCls {
 			o.op.attempts, o.op.reason, o.op.waited = o.n, "", o.waited
 			return resp, nil // success: the fast path
 		}
@@ -220,6 +220,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 // retryRun is one operation through Retry: what its attempts share.
 type retryRun struct {
 	t      *retrier
+	c      *retryConfig  // t's, with WithAttempts's attempts
 	req    *http.Request // the caller's
 	base   *http.Request // what each attempt copies
 	op     *operation
@@ -231,6 +232,9 @@ type retryRun struct {
 	free   int // free resends made
 	prev   time.Duration
 	waited time.Duration
+	start  time.Time // when the last attempt was sent; zero when not timed
+	// fastest is the operation's fastest answer: see policy.State.Fastest.
+	fastest time.Duration
 }
 
 // begin prepares the operation and returns its first attempt: it keeps
@@ -238,7 +242,7 @@ type retryRun struct {
 // draws on the same budget), and strips GetBody from a request that is
 // not safe to send again (see withoutGetBody).
 func (o *retryRun) begin() (*http.Request, error) {
-	c, req := o.t.c, o.req
+	c, req := o.c, o.req
 	if c.attempts > 1 {
 		var err error
 		if o.body, err = reqbody.New(req, c.bufLimit); err != nil {
@@ -281,10 +285,10 @@ func (o *retryRun) begin() (*http.Request, error) {
 
 // send makes one attempt, r, and tells the hooks.
 func (o *retryRun) send(r *http.Request) (*http.Response, error) {
-	c := o.t.c
-	var start time.Time
-	if c.onAttempt != nil {
-		start = time.Now()
+	c := o.c
+	o.start = time.Time{}
+	if c.onAttempt != nil || o.n > 1 {
+		o.start = time.Now()
 	}
 	if o.watch != nil {
 		o.watch.reset()
@@ -295,19 +299,20 @@ func (o *retryRun) send(r *http.Request) (*http.Response, error) {
 	}
 	answered(resp, r)
 	if c.onAttempt != nil {
-		c.onAttempt(attemptEvent(o.req, o.n, resp, err, time.Since(start)))
+		c.onAttempt(attemptEvent(o.req, o.n, resp, err, time.Since(o.start)))
 	}
 	return resp, err
 }
 
 // decide asks [policy.Retry.Next] what follows attempt r's outcome.
 func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (policy.Step, time.Time) {
-	c := o.t.c
+	c := o.c
 	var problem *policy.Problem
 	if err == nil && o.ctx.Err() == nil {
 		problem = readProblem(resp, c.probLimit, idleCut(o.ctx))
 	}
 	now := time.Now()
+	o.fastest = fastestAnswer(o.ctx, o.fastest, o.start, now, err)
 	s := policy.State{
 		Outcome: policy.Outcome{
 			Request:      r,
@@ -324,6 +329,7 @@ func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (poli
 		PrevWait:     o.prev,
 		Done:         context.Cause(o.ctx),
 		FreeResends:  o.free,
+		Fastest:      o.fastest,
 	}
 	if dl, ok := deadlineOf(o.ctx); ok {
 		s.Deadline = dl
@@ -359,7 +365,7 @@ func (o *retryRun) again(resp *http.Response) *http.Request {
 // request, drains the failed response and waits. When it returns no
 // request, the operation ends with what it returns.
 func (o *retryRun) wait(step policy.Step, now time.Time, resp *http.Response, err error) (*http.Request, *http.Response, error) {
-	t, c := o.t, o.t.c
+	t, c := o.t, o.c
 	next, gerr := attemptRequest(&o.body, o.base, o.n+1)
 	if gerr != nil { // GetBody failed: no further attempt can be made
 		resp, err = t.end(o.op, o.req, o.n, o.waited, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})

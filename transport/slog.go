@@ -28,6 +28,11 @@ const (
 	attrCopy     = "sturdy.hedge.copy"
 	attrElapsed  = "sturdy.hedge.elapsed"
 	attrProb     = "sturdy.throttle.probability"
+	attrPeer     = "network.peer.address"
+	attrEjected  = "sturdy.ejections"
+	attrEjection = "sturdy.ejection"
+	attrFailures = "sturdy.failures"
+	attrOrigin   = "sturdy.origin"
 
 	msgAttempt         = "sturdy: attempt"
 	msgRetry           = "sturdy: retry"
@@ -39,16 +44,18 @@ const (
 	msgHedgeWon        = "sturdy: hedge won"
 	msgCopyCanceled    = "sturdy: copy canceled"
 	msgThrottle        = "sturdy: throttle"
+	msgEject           = "sturdy: address ejected"
+	msgFailover        = "sturdy: failover"
 )
 
 // SlogHooks returns hooks that log every event of the stack to l. A nil l
 // means [slog.Default]. The levels are:
 //
 //   - Debug: attempts and canceled hedge copies.
-//   - Info: retries, rate-limit waits, hedges and their wins, and breaker
-//     changes other than opening.
-//   - Warn: give-ups, rate-limit rejections, throttled requests and breakers
-//     opening.
+//   - Info: retries, rate-limit waits, hedges and their wins, failovers
+//     to alternate origins, and breaker changes other than opening.
+//   - Warn: give-ups, rate-limit rejections, throttled requests, breakers
+//     opening and addresses ejected.
 //
 // An event at a level that l does not enable costs only the enabled check.
 // The messages and attribute keys are stable: dashboards and alerts may rely
@@ -66,6 +73,8 @@ const (
 //	"sturdy: hedge won"              sturdy.hedge.copy, sturdy.hedge.elapsed, http.response.status_code
 //	"sturdy: copy canceled"          sturdy.hedge.copy, sturdy.hedge.elapsed
 //	"sturdy: throttle"               sturdy.key, sturdy.throttle.probability
+//	"sturdy: address ejected"        sturdy.key (host:port), network.peer.address, sturdy.failures, sturdy.ejections, sturdy.ejection (how long)
+//	"sturdy: failover"               sturdy.key (the request's origin), sturdy.origin (the alternate), sturdy.reason
 //
 // Events of a request also carry http.request.method, url.path and
 // server.address, the request's host and port.
@@ -81,7 +90,7 @@ func SlogHooks(l *slog.Logger) Hooks {
 		OnBreakerStateChange: s.breaker,
 		OnRateLimitWait:      s.rateLimitWait, OnRateLimitReject: s.rateLimitReject,
 		OnHedge: s.hedge, OnHedgeWon: s.hedgeWon, OnCopyCanceled: s.copyCanceled,
-		OnThrottle: s.throttle,
+		OnThrottle: s.throttle, OnEject: s.eject, OnFailover: s.failover,
 	}
 }
 
@@ -176,5 +185,18 @@ func (s slogHooks) copyCanceled(e policy.HedgeEvent) {
 func (s slogHooks) throttle(e ThrottleEvent) {
 	if ctx, ok := s.on(slog.LevelWarn, e.Request); ok {
 		s.log(ctx, slog.LevelWarn, msgThrottle, e.Request, slog.String(attrKey, e.Host), slog.Float64(attrProb, e.Probability))
+	}
+}
+
+func (s slogHooks) eject(e EjectionEvent) {
+	if ctx, ok := s.on(slog.LevelWarn, nil); ok {
+		s.log(ctx, slog.LevelWarn, msgEject, nil, slog.String(attrKey, e.Host), slog.String(attrPeer, e.Address),
+			slog.Int(attrFailures, e.Failures), slog.Int(attrEjected, e.Ejections), slog.Duration(attrEjection, e.Duration))
+	}
+}
+
+func (s slogHooks) failover(e FailoverEvent) {
+	if ctx, ok := s.on(slog.LevelInfo, e.Request); ok {
+		s.log(ctx, slog.LevelInfo, msgFailover, e.Request, slog.String(attrKey, e.From), slog.String(attrOrigin, e.To), slog.String(attrReason, e.Reason))
 	}
 }
