@@ -280,7 +280,13 @@ func (h *hedgeRace) send(b io.ReadCloser) {
 	i := len(h.copies)
 	cctx, cancel, detach := copyContext(h.req.Context(), i+1)
 	op := &boundOp{}
-	op.w.Start(&copyLimits, 0, cancel)
+	end := cancel
+	if detach != nil {
+		// Once the copy's context ends, it stops following the request's:
+		// a long-lived caller's context keeps no function of it.
+		end = func(err error) { cancel(err); detach() }
+	}
+	op.w.Start(&copyLimits, 0, end)
 	op.req = *h.req.WithContext(cctx)
 	r := &op.req
 	if !h.body.None {
