@@ -17,7 +17,7 @@ const (
 	DefaultConcurrencyInitial   = 20
 	DefaultConcurrencyMin       = 2
 	DefaultConcurrencyMax       = 1000
-	DefaultConcurrencyTolerance = 2.0
+	DefaultConcurrencyTolerance = 1.5
 	DefaultConcurrencyBackoff   = 0.9
 	DefaultConcurrencyHealthy   = 30 * time.Second
 )
@@ -339,4 +339,27 @@ func (l *ConcurrencyLimit) learnReference(t, mean int64, stressed bool) {
 		}
 		l.calm, l.calmMin = t, noReference
 	}
+}
+
+// Wait decides whether a request that found l full may wait for a slot,
+// and for how long. waiting is how many requests wait already; left is
+// the time its operation has, when hasDeadline. It may wait when fewer
+// than the limit wait already (a queue that one round of the limit
+// drains), for at most twice the healthy latency, and only while its
+// operation would still have the healthy latency left when the wait
+// ends. Before any latency is known, it may wait up to a second. ok false
+// means it must be refused now.
+func (l *ConcurrencyLimit) Wait(waiting int, left time.Duration, hasDeadline bool) (d time.Duration, ok bool) {
+	if waiting >= l.Limit() {
+		return 0, false
+	}
+	ref := l.Reference()
+	d = time.Second
+	if ref > 0 {
+		d = ref
+	}
+	if hasDeadline {
+		d = min(d, left-ref)
+	}
+	return d, d > 0
 }

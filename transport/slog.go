@@ -28,6 +28,9 @@ const (
 	attrCopy     = "sturdy.hedge.copy"
 	attrElapsed  = "sturdy.hedge.elapsed"
 	attrProb     = "sturdy.throttle.probability"
+	attrLimFrom  = "sturdy.concurrency.from"
+	attrLimit    = "sturdy.concurrency.limit"
+	attrInFlight = "sturdy.concurrency.in_flight"
 
 	msgAttempt         = "sturdy: attempt"
 	msgRetry           = "sturdy: retry"
@@ -39,6 +42,8 @@ const (
 	msgHedgeWon        = "sturdy: hedge won"
 	msgCopyCanceled    = "sturdy: copy canceled"
 	msgThrottle        = "sturdy: throttle"
+	msgConcLimit       = "sturdy: concurrency limit"
+	msgConcRefuse      = "sturdy: concurrency refuse"
 )
 
 // SlogHooks returns hooks that log every event of the stack to l. A nil l
@@ -47,8 +52,9 @@ const (
 //   - Debug: attempts and canceled hedge copies.
 //   - Info: retries, rate-limit waits, hedges and their wins, and breaker
 //     changes other than opening.
-//   - Warn: give-ups, rate-limit rejections, throttled requests and breakers
-//     opening.
+//   - Warn: give-ups, rate-limit rejections, throttled requests, requests
+//     refused for a concurrency limit and breakers opening.
+//   - Concurrency limits' changes are logged at Debug.
 //
 // An event at a level that l does not enable costs only the enabled check.
 // The messages and attribute keys are stable: dashboards and alerts may rely
@@ -66,6 +72,8 @@ const (
 //	"sturdy: hedge won"              sturdy.hedge.copy, sturdy.hedge.elapsed, http.response.status_code
 //	"sturdy: copy canceled"          sturdy.hedge.copy, sturdy.hedge.elapsed
 //	"sturdy: throttle"               sturdy.key, sturdy.throttle.probability
+//	"sturdy: concurrency limit"      sturdy.key, sturdy.concurrency.from, sturdy.concurrency.limit, sturdy.concurrency.in_flight
+//	"sturdy: concurrency refuse"     sturdy.key, sturdy.concurrency.limit, sturdy.concurrency.in_flight, sturdy.wait
 //
 // Events of a request also carry http.request.method, url.path and
 // server.address, the request's host and port.
@@ -147,6 +155,16 @@ func SlogHooks(l *slog.Logger) Hooks {
 		OnCopyCanceled: func(e policy.HedgeEvent) {
 			if ctx, ok := on(slog.LevelDebug, e.Request); ok {
 				log(ctx, slog.LevelDebug, msgCopyCanceled, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
+			}
+		},
+		OnConcurrencyChange: func(e ConcurrencyEvent) {
+			if ctx, ok := on(slog.LevelDebug, nil); ok {
+				log(ctx, slog.LevelDebug, msgConcLimit, nil, slog.String(attrKey, e.Host), slog.Int(attrLimFrom, e.From), slog.Int(attrLimit, e.Limit), slog.Int(attrInFlight, e.InFlight))
+			}
+		},
+		OnConcurrencyRefuse: func(e ConcurrencyEvent) {
+			if ctx, ok := on(slog.LevelWarn, e.Request); ok {
+				log(ctx, slog.LevelWarn, msgConcRefuse, e.Request, slog.String(attrKey, e.Host), slog.Int(attrLimit, e.Limit), slog.Int(attrInFlight, e.InFlight), slog.Duration(attrWait, e.Waited))
 			}
 		},
 		OnThrottle: func(e ThrottleEvent) {
