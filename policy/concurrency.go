@@ -115,15 +115,19 @@ func ConcurrencyOutcomeOf(v Verdict, status int, canceled bool) ConcurrencyOutco
 // The word of a ConcurrencyLimit packs what the success path changes, so
 // that taking a slot is one compare-and-swap and giving it back with a
 // latency sample one add: bits 0-11 hold the requests in flight, bits
-// 12-23 the samples of the window, bits 24-63 their sum in microseconds.
+// 12-21 the samples of the window, bits 22-25 a ticket that each Acquire
+// turns (it picks the attempts that are timed), bits 26-63 the samples'
+// sum in microseconds.
 const (
 	flightBits  = 12
 	flightMask  = 1<<flightBits - 1
 	countShift  = flightBits
-	countMask   = 1<<12 - 1
-	sumShift    = 24
-	maxSamples  = 2048                     // a window closes at this many samples
-	maxSampleUS = (1<<40 - 1) / countMask  // the longest sample, so the sum cannot overflow
+	countMask   = 1<<10 - 1
+	ticketShift = 22
+	ticketMask  = 15 << ticketShift
+	sumShift    = 26
+	maxSamples  = 256                      // a window closes at this many samples
+	maxSampleUS = (1<<38 - 1) / countMask  // the longest sample (268s), so the sum cannot overflow
 	releaseOne  = flightMask               // adding it takes one from the flight and adds one to the count
 	minWindowNS = int64(time.Millisecond)  // the shortest window
 	maxWindowNS = int64(10 * time.Second)  // the longest window
@@ -137,9 +141,10 @@ const (
 type ConcurrencyLimit struct {
 	word     atomic.Uint64
 	limit    atomic.Int64
-	windowAt atomic.Int64 // when the window ends, in nanoseconds since epoch
-	peak     atomic.Int64 // most requests in flight at once in the window
-	pressed  atomic.Bool  // a request found the limit full in the window
+	windowAt atomic.Int64  // when the window ends, in nanoseconds since epoch
+	peak     atomic.Int64  // most requests in flight at once in the window
+	pressed  atomic.Bool   // a request found the limit full in the window
+	sparse   atomic.Uint64 // one attempt in sparse+1 is timed: a mask of the ticket
 
 	mu      sync.Mutex // held while a window ends and while a loss is counted
 	c       Concurrency
@@ -193,15 +198,20 @@ func (c *Concurrency) normal() Concurrency {
 
 // Acquire takes a slot when fewer requests than the limit are in flight,
 // and reports whether it did. Without contention it is one
-// compare-and-swap.
-func (l *ConcurrencyLimit) Acquire() bool {
+// compare-and-swap. timed says whether the attempt should be timed:
+// every one while a window sees few, one in up to 16 when it sees many,
+// so that a busy host's requests do not all pay for reading the clock
+// twice. An attempt not timed is released with [ConcurrencyUntimed] and
+// a zero time, unless it is a loss.
+func (l *ConcurrencyLimit) Acquire() (ok, timed bool) {
 	for {
 		w := l.word.Load()
 		if int64(w&flightMask) >= l.limit.Load() {
-			return false
+			return false, false
 		}
-		if l.word.CompareAndSwap(w, w+1) {
-			return true
+		turned := (w+1<<ticketShift)&ticketMask | w&^ticketMask
+		if l.word.CompareAndSwap(w, turned+1) {
+			return true, (w>>ticketShift)&l.sparse.Load() == 0
 		}
 	}
 }
@@ -216,7 +226,8 @@ func (l *ConcurrencyLimit) Full() {
 
 // Release gives back a slot taken by Acquire, with what its attempt
 // taught: o, and for [ConcurrencyServed] the attempt's latency rtt. now
-// is the time of its end. It reports whether the limit changed, and from
+// is the time of its end; it may be zero for an attempt that was not
+// timed (see [ConcurrencyLimit.Acquire]) and is no loss. It reports whether the limit changed, and from
 // and to what. Without a window ending it is one atomic add.
 func (l *ConcurrencyLimit) Release(now time.Time, rtt time.Duration, o ConcurrencyOutcome) (changed bool, from, to int) {
 	var w uint64
@@ -238,7 +249,7 @@ func (l *ConcurrencyLimit) Release(now time.Time, rtt time.Duration, o Concurren
 		l.mu.Unlock()
 	default:
 		w = l.word.Add(^uint64(0))
-		if o == ConcurrencyIgnored {
+		if o == ConcurrencyIgnored || now.IsZero() {
 			return false, 0, 0
 		}
 	}
@@ -280,7 +291,7 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 		if t < l.windowAt.Load() && count < maxSamples {
 			return false, 0, 0 // ended by another request meanwhile
 		}
-		if l.word.CompareAndSwap(w, w&flightMask) {
+		if l.word.CompareAndSwap(w, w&(flightMask|ticketMask)) {
 			break
 		}
 	}
@@ -311,6 +322,14 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 	to = int(math.Round(l.exact))
 	l.limit.Store(int64(to))
 
+	// Time one attempt in more when the window had many samples, in
+	// fewer when it had few: between 16 and 64 samples a window.
+	switch m := l.sparse.Load(); {
+	case count > 64 && m < 15:
+		l.sparse.Store(m<<1 | 1)
+	case count < 16 && m > 0:
+		l.sparse.Store(m >> 1)
+	}
 	width := minWindowNS
 	if l.ref != noReference {
 		width = min(max(2*l.ref, minWindowNS), maxWindowNS)

@@ -51,7 +51,7 @@ func drive(l *ConcurrencyLimit, h *fakeHost, clients int, d time.Duration) {
 	for range clients {
 		wg.Go(func() {
 			for time.Now().Before(stop) {
-				if !l.Acquire() {
+				if ok, _ := l.Acquire(); !ok {
 					l.Full()
 					time.Sleep(2 * time.Millisecond)
 					continue
@@ -131,7 +131,7 @@ func TestConcurrencyLimitIgnoresCancellations(t *testing.T) {
 		// Then only canceled attempts and hedges that lost, each held
 		// long, many at once: nothing to learn from.
 		for range 10000 {
-			if !l.Acquire() {
+			if ok, _ := l.Acquire(); !ok {
 				t.Fatal("Acquire failed with nothing in flight")
 			}
 			time.Sleep(time.Millisecond)

@@ -162,23 +162,39 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 	if h == nil { // the registry is full of hosts that must be kept: no limit
 		return t.next.RoundTrip(req)
 	}
-	if !h.lim.Acquire() {
+	ok, timed := h.lim.Acquire() // a busy host times one attempt in a few: reading the clock costs more than the rest
+	if !ok {
 		if err := t.wait(req, h); err != nil {
 			closeBody(req)
 			return nil, err
 		}
+		timed = true
 	}
-	start := time.Now()
+	var start time.Time
+	if timed {
+		start = time.Now()
+	}
 	released := false
 	defer func() {
 		if !released { // the RoundTripper beneath panicked: give the slot back
-			h.release(time.Now(), 0, policy.ConcurrencyIgnored)
+			h.release(time.Time{}, 0, policy.ConcurrencyIgnored)
 		}
 	}()
 	resp, err := t.next.RoundTrip(req)
 	released = true
-	end := time.Now()
-	if changed, from, to := h.release(end, end.Sub(start), concOutcome(req, resp, err)); changed && t.c.onChange != nil {
+	o := concOutcome(req, resp, err)
+	var end time.Time
+	var rtt time.Duration
+	switch {
+	case timed:
+		end = time.Now()
+		rtt = end.Sub(start)
+	case o == policy.ConcurrencyLoss:
+		end = time.Now() // a loss is always counted
+	case o == policy.ConcurrencyServed:
+		o = policy.ConcurrencyUntimed
+	}
+	if changed, from, to := h.release(end, rtt, o); changed && t.c.onChange != nil {
 		t.c.onChange(ConcurrencyEvent{Host: h.key, From: from, Limit: to, InFlight: h.lim.InFlight()})
 	}
 	return resp, err
@@ -188,10 +204,13 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 // err teaches the limit.
 func concOutcome(req *http.Request, resp *http.Response, err error) policy.ConcurrencyOutcome {
 	if err == nil && resp != nil {
-		if _, ok := resp.Body.(*aheadBody); ok && resp.StatusCode < 400 {
+		if c := resp.StatusCode; c >= 500 || c == http.StatusTooManyRequests {
+			return policy.ConcurrencyLoss
+		}
+		if _, ok := resp.Body.(*aheadBody); ok {
 			return policy.ConcurrencyUntimed // a stream held to its first event: its wait is the model's, not the host's load
 		}
-		return policy.ConcurrencyOutcomeOf(policy.JudgeStatus(resp.StatusCode), resp.StatusCode, false)
+		return policy.ConcurrencyServed
 	}
 	canceled := errors.Is(err, context.Canceled) || req.Context().Err() == context.Canceled
 	v := policy.Judge(policy.Outcome{Request: req, Response: resp, Err: err}) // a timeout of the caller's counts too
@@ -213,7 +232,10 @@ func (h *concHost) release(now time.Time, rtt time.Duration, o policy.Concurrenc
 // grantLocked gives free slots to the first requests waiting. h.mu is
 // held.
 func (h *concHost) grantLocked() {
-	for len(h.queue) > 0 && h.lim.Acquire() {
+	for len(h.queue) > 0 {
+		if ok, _ := h.lim.Acquire(); !ok {
+			return
+		}
 		w := h.queue[0]
 		h.queue[0] = nil
 		h.queue = h.queue[1:]
