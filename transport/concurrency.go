@@ -133,7 +133,7 @@ type concHost struct {
 	key     string
 	waiting atomic.Int32 // len(queue), read without the lock
 	mu      sync.Mutex
-	queue   []*concWaiter // first come, first served
+	queue   []*concWaiter // last come, first served: see wait
 }
 
 // concWaiter is a request waiting for a slot: ready is closed when it
@@ -236,9 +236,10 @@ func (h *concHost) grantLocked() {
 		if ok, _ := h.lim.Acquire(); !ok {
 			return
 		}
-		w := h.queue[0]
-		h.queue[0] = nil
-		h.queue = h.queue[1:]
+		last := len(h.queue) - 1
+		w := h.queue[last] // the latest first: see wait
+		h.queue[last] = nil
+		h.queue = h.queue[:last]
 		h.waiting.Add(-1)
 		w.granted = true
 		close(w.ready)
@@ -248,6 +249,13 @@ func (h *concHost) grantLocked() {
 // wait waits for a slot of h for req, as long as the limit's rule and
 // req's time allow. It returns nil with a slot taken, or the error to
 // end req with.
+//
+// A slot that frees goes to the request that came last. Under a burst
+// below capacity, every waiter gets one soon either way. Under overload,
+// first come first served would make every request wait the longest a
+// wait may last and then send it late; last come first served sends most
+// requests at once and refuses those that waited longest, which would
+// have been late anyway.
 func (t *concurrencyTransport) wait(req *http.Request, h *concHost) error {
 	h.lim.Full()
 	ctx := req.Context()

@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+
+	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/policy"
+	"github.com/sturdyhttp/sturdy/transport"
+)
+
+// The finite-capacity server of BenchmarkConcurrency: 8 workers of 20 ms
+// each (400 requests a second) behind a first-in first-out queue that
+// keeps working for callers who left.
+const (
+	ccWorkers  = 8
+	ccService  = 20 * time.Millisecond
+	ccCapacity = float64(ccWorkers) * float64(time.Second) / float64(ccService)
+	ccOpBound  = 250 * time.Millisecond
+	ccWarmUp   = time.Second
+	ccMeasured = 3 * time.Second
+	ccFixed    = 2 * ccWorkers // the fixed limit: twice the server's workers, as if tuned to it
+)
+
+// fixedLimit is a RoundTripper that sends at most n requests at once and
+// refuses the others at once: the fixed bulkhead a user writes by hand.
+type fixedLimit struct {
+	sem  chan struct{}
+	next http.RoundTripper
+}
+
+var errFixedFull = errors.New("fixed limit full")
+
+func (f *fixedLimit) RoundTrip(req *http.Request) (*http.Response, error) {
+	select {
+	case f.sem <- struct{}{}:
+	default:
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, errFixedFull
+	}
+	defer func() { <-f.sem }()
+	return f.next.RoundTrip(req)
+}
+
+var concurrencyClients = []struct {
+	name string
+	new  func(base http.RoundTripper) http.RoundTripper
+}{
+	{"no-limit", func(base http.RoundTripper) http.RoundTripper { return transport.New(transport.Options{Base: base}) }},
+	{"fixed-16", func(base http.RoundTripper) http.RoundTripper {
+		return &fixedLimit{sem: make(chan struct{}, ccFixed), next: base}
+	}},
+	{"failsafe-adaptive", func(base http.RoundTripper) http.RoundTripper {
+		return failsafehttp.NewRoundTripper(base, adaptivelimiter.NewWithDefaults[*http.Response]())
+	}},
+	{"sturdy", func(base http.RoundTripper) http.RoundTripper {
+		return transport.New(transport.Options{Base: base, Concurrency: &policy.Concurrency{}})
+	}},
+}
+
+// ccResult is what one run measured over its measured period.
+type ccResult struct {
+	ops, ok, refused, timedOut int
+	lat                        []time.Duration // of the successes, sorted
+	served, abandoned          int64           // by the server's workers, in the whole run
+}
+
+// runConcurrency sends open-loop Poisson arrivals at rate a second,
+// each bounded at 250 ms, through rt to a finite-capacity server over
+// the in-memory network, for a warm-up and a measured period.
+func runConcurrency(rate float64, newRT func(http.RoundTripper) http.RoundTripper, seed uint64) ccResult {
+	n := httptestutil.NewNetwork()
+	w := httptestutil.NewWorkers(ccWorkers, ccService)
+	srv := n.Serve("capacity.test", w)
+	base := n.Transport()
+	base.MaxIdleConnsPerHost = 1000
+	hc := &http.Client{Transport: newRT(base)}
+	rng := rand.New(rand.NewPCG(seed, uint64(rate)))
+	var mu sync.Mutex
+	var r ccResult
+	var wg sync.WaitGroup
+	start := time.Now()
+	next := start
+	for {
+		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		at := next.Sub(start)
+		if at >= ccWarmUp+ccMeasured {
+			break
+		}
+		time.Sleep(time.Until(next)) // late wakes start several at once: the schedule holds
+		measured := at >= ccWarmUp
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), ccOpBound)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/work", nil)
+			began := time.Now()
+			resp, err := hc.Do(req)
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode != http.StatusOK {
+					err = errors.New(resp.Status)
+				}
+			}
+			took := time.Since(began)
+			if !measured {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			r.ops++
+			switch {
+			case err == nil:
+				r.ok++
+				r.lat = append(r.lat, took)
+			case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, transport.ErrConcurrencyLimit):
+				r.timedOut++
+			default:
+				r.refused++ // refused by the client's limit, unsent
+			}
+		})
+	}
+	wg.Wait()
+	r.served, r.abandoned = w.Served()
+	base.CloseIdleConnections()
+	srv.Close()
+	w.Close()
+	slices.Sort(r.lat)
+	return r
+}
+
+// BenchmarkConcurrency compares client-side concurrency limits against
+// a server of finite capacity (8 workers of 20 ms, 400 requests a
+// second, a queue that keeps working for callers who left), with
+// requests arriving open-loop (Poisson) at 1×, 2× and 5× its capacity
+// and each operation bounded at 250 ms: no limit (sturdy without
+// Options.Concurrency), a fixed limit of 16, failsafe-go's adaptive
+// limiter with its defaults, and sturdy's Options.Concurrency. It
+// reports the successful operations a second over 3 s after a 1 s
+// warm-up (goodput/s, and as a share of capacity), their p50 and p99,
+// and the share of operations refused by the limit and timed out.
+func BenchmarkConcurrency(b *testing.B) {
+	var seed atomic.Uint64
+	for _, load := range []float64{1, 2, 5} {
+		for _, c := range concurrencyClients {
+			b.Run("load="+loadName(load)+"/client="+c.name, func(b *testing.B) {
+				var r ccResult
+				for b.Loop() {
+					r = runConcurrency(load*ccCapacity, c.new, seed.Add(1))
+				}
+				ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+				goodput := float64(r.ok) / ccMeasured.Seconds()
+				b.ReportMetric(goodput, "goodput/s")
+				b.ReportMetric(100*goodput/ccCapacity, "%capacity")
+				b.ReportMetric(ms(quantile(r.lat, 0.50)), "p50-ms")
+				b.ReportMetric(ms(quantile(r.lat, 0.99)), "p99-ms")
+				b.ReportMetric(100*float64(r.refused)/float64(max(r.ops, 1)), "%refused")
+				b.ReportMetric(100*float64(r.timedOut)/float64(max(r.ops, 1)), "%timed-out")
+				b.ReportMetric(100*float64(r.abandoned)/float64(max(r.served, 1)), "%server-work-wasted")
+				b.ReportMetric(0, "ns/op") // the wall time of a run says nothing here
+			})
+		}
+	}
+}
+
+func loadName(l float64) string {
+	switch l {
+	case 1:
+		return "1x"
+	case 2:
+		return "2x"
+	}
+	return "5x"
+}
