@@ -115,19 +115,21 @@ func ConcurrencyOutcomeOf(v Verdict, status int, canceled bool) ConcurrencyOutco
 // The word of a ConcurrencyLimit packs what the success path changes, so
 // that taking a slot is one compare-and-swap and giving it back with a
 // latency sample one add: bits 0-11 hold the requests in flight, bits
-// 12-21 the samples of the window, bits 22-25 a ticket that each Acquire
-// turns (it picks the attempts that are timed), bits 26-63 the samples'
-// sum in microseconds.
+// 12-21 the samples of the window, bits 22-27 a ticket that each Acquire
+// turns (it picks the attempts that are timed), bits 28-63 the samples'
+// sum in units of 4µs.
 const (
 	flightBits  = 12
 	flightMask  = 1<<flightBits - 1
 	countShift  = flightBits
 	countMask   = 1<<10 - 1
 	ticketShift = 22
-	ticketMask  = 15 << ticketShift
-	sumShift    = 26
+	ticketMask  = 63 << ticketShift
+	maxSparse   = 63 // one attempt in 64 timed at the least
+	sumShift    = 28
+	sumUnit     = 4 * time.Microsecond
 	maxSamples  = 256                      // a window closes at this many samples
-	maxSampleUS = (1<<38 - 1) / countMask  // the longest sample (268s), so the sum cannot overflow
+	maxSample   = (1<<36 - 1) / countMask  // the longest sample, in sumUnits (268s), so the sum cannot overflow
 	releaseOne  = flightMask               // adding it takes one from the flight and adds one to the count
 	minWindowNS = int64(time.Millisecond)  // the shortest window
 	maxWindowNS = int64(10 * time.Second)  // the longest window
@@ -199,7 +201,7 @@ func (c *Concurrency) normal() Concurrency {
 // Acquire takes a slot when fewer requests than the limit are in flight,
 // and reports whether it did. Without contention it is one
 // compare-and-swap. timed says whether the attempt should be timed:
-// every one while a window sees few, one in up to 16 when it sees many,
+// every one while a window sees few, one in up to 64 when it sees many,
 // so that a busy host's requests do not all pay for reading the clock
 // twice. An attempt not timed is released with [ConcurrencyUntimed] and
 // a zero time, unless it is a loss.
@@ -233,12 +235,12 @@ func (l *ConcurrencyLimit) Release(now time.Time, rtt time.Duration, o Concurren
 	var w uint64
 	switch o {
 	case ConcurrencyServed:
-		us := uint64(max(rtt, 0) / time.Microsecond)
-		if us == 0 {
-			us = 1 // a sample under a microsecond still counts
+		u := uint64(max(rtt, 0) / sumUnit)
+		if u == 0 {
+			u = 1 // a sample under the unit still counts
 		}
-		us = min(us, maxSampleUS)
-		w = l.word.Add(us<<sumShift + releaseOne)
+		u = min(u, maxSample)
+		w = l.word.Add(u<<sumShift + releaseOne)
 		if p := int64(w&flightMask) + 1; p > l.peak.Load() {
 			l.peak.Store(p)
 		}
@@ -303,7 +305,7 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 	from = int(l.limit.Load())
 	var mean int64
 	if count > 0 {
-		mean = int64(sum/count) * int64(time.Microsecond)
+		mean = int64(sum/count) * int64(sumUnit)
 	}
 	l.learnReference(t, mean, losses > 0 || pressed)
 	c := &l.c
@@ -325,7 +327,7 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 	// Time one attempt in more when the window had many samples, in
 	// fewer when it had few: between 16 and 64 samples a window.
 	switch m := l.sparse.Load(); {
-	case count > 64 && m < 15:
+	case count > 64 && m < maxSparse:
 		l.sparse.Store(m<<1 | 1)
 	case count < 16 && m > 0:
 		l.sparse.Store(m >> 1)

@@ -234,3 +234,46 @@ func TestConcurrencyBadSettings(t *testing.T) {
 		t.Errorf("nil Concurrency: limit = %d, want %d", got, DefaultConcurrencyInitial)
 	}
 }
+
+func TestConcurrencyLimitTimesFewAttemptsOfABusyHost(t *testing.T) {
+	now := time.Now()
+	l := (&Concurrency{}).NewLimit(now)
+	timed := 0
+	const n = 200000
+	for range n {
+		ok, tm := l.Acquire()
+		if !ok {
+			t.Fatal("Acquire failed with nothing in flight")
+		}
+		now = now.Add(100 * time.Nanosecond) // 10 million requests a second, as in a benchmark
+		if tm {
+			timed++
+			l.Release(now, 100*time.Nanosecond, ConcurrencyServed)
+		} else {
+			l.Release(time.Time{}, 0, ConcurrencyUntimed)
+		}
+	}
+	if got := float64(timed) / n; got > 1.0/32 || got < 1.0/128 {
+		t.Errorf("timed %d of %d attempts (%.4f), want about 1 in 64", timed, n, got)
+	}
+	if got := l.InFlight(); got != 0 {
+		t.Errorf("in flight = %d, want 0", got)
+	}
+}
+
+func TestConcurrencyLimitKeepsLongSamples(t *testing.T) {
+	tests := []time.Duration{time.Microsecond, 3 * time.Millisecond, 200 * time.Second}
+	for _, rtt := range tests {
+		now := time.Now()
+		l := (&Concurrency{}).NewLimit(now)
+		for range 10 { // ten windows of one sample each
+			l.Acquire()
+			now = now.Add(max(rtt, time.Second))
+			l.Release(now, rtt, ConcurrencyServed)
+		}
+		got, want := l.Reference(), max(rtt, 4*time.Microsecond)
+		if got < want-4*time.Microsecond || got > want {
+			t.Errorf("reference after samples of %v = %v, want %v (to 4µs)", rtt, got, want)
+		}
+	}
+}
