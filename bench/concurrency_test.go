@@ -79,10 +79,30 @@ type ccResult struct {
 	served, abandoned          int64           // by the server's workers, in the whole run
 }
 
+// ccShape is the course of a run: a warm-up, then, from slowAt (when
+// set), workers slower by slowBy, and the measured period at the end.
+type ccShape struct {
+	warmUp, measured time.Duration
+	slowAt           time.Duration // 0: the server never slows
+	slowBy           int
+}
+
+var (
+	ccSteady = ccShape{warmUp: ccWarmUp, measured: ccMeasured}
+	// ccIncident: after 5 s, the server's workers take three times as
+	// long (its capacity falls to a third) for a minute; the last 10 s of
+	// it are measured.
+	ccIncident = ccShape{warmUp: 55 * time.Second, measured: 10 * time.Second, slowAt: 5 * time.Second, slowBy: 3}
+)
+
 // runConcurrency sends open-loop Poisson arrivals at rate a second,
 // each bounded at 250 ms, through rt to a finite-capacity server over
 // the in-memory network, for a warm-up and a measured period.
 func runConcurrency(rate float64, newRT func(http.RoundTripper) http.RoundTripper, seed uint64) ccResult {
+	return runConcurrencyShape(rate, newRT, seed, ccSteady)
+}
+
+func runConcurrencyShape(rate float64, newRT func(http.RoundTripper) http.RoundTripper, seed uint64, shape ccShape) ccResult {
 	n := httptestutil.NewNetwork()
 	w := httptestutil.NewWorkers(ccWorkers, ccService)
 	srv := n.Serve("capacity.test", w)
@@ -95,14 +115,18 @@ func runConcurrency(rate float64, newRT func(http.RoundTripper) http.RoundTrippe
 	var wg sync.WaitGroup
 	start := time.Now()
 	next := start
+	if shape.slowAt > 0 {
+		slow := time.AfterFunc(shape.slowAt, func() { w.SetService(time.Duration(shape.slowBy) * ccService) })
+		defer slow.Stop()
+	}
 	for {
 		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
 		at := next.Sub(start)
-		if at >= ccWarmUp+ccMeasured {
+		if at >= shape.warmUp+shape.measured {
 			break
 		}
 		time.Sleep(time.Until(next)) // late wakes start several at once: the schedule holds
-		measured := at >= ccWarmUp
+		measured := at >= shape.warmUp
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), ccOpBound)
 			defer cancel()
@@ -194,16 +218,20 @@ func loadName(l float64) string {
 // and checks sturdy's promise: at 2× and 5× capacity at least 85% of it
 // as successful operations, their p99 within 5× the unloaded latency.
 func TestConcurrencyVirtual(t *testing.T) {
-	t.Logf("%-5s %-18s %10s %10s %8s %8s %9s %10s %14s", "load", "client", "goodput/s", "%capacity", "p50", "p99", "%refused", "%timedout", "%server-waste")
-	for _, load := range []float64{1, 2, 5} {
+	t.Logf("%-8s %-18s %10s %10s %8s %8s %9s %10s %14s", "load", "client", "goodput/s", "%capacity", "p50", "p99", "%refused", "%timedout", "%server-waste")
+	for _, load := range []float64{1, 2, 5, -2} {
 		for _, c := range concurrencyClients {
 			var r ccResult
+			shape, capacity, name, rate := ccSteady, ccCapacity, loadName(load), load*ccCapacity
+			if load < 0 { // 2× the healthy capacity, through an incident
+				shape, capacity, name, rate = ccIncident, ccCapacity/3, "incident", -load*ccCapacity
+			}
 			synctest.Test(t, func(t *testing.T) {
-				r = runConcurrency(load*ccCapacity, c.new, 7)
+				r = runConcurrencyShape(rate, c.new, 7, shape)
 			})
-			goodput := float64(r.ok) / ccMeasured.Seconds()
+			goodput := float64(r.ok) / shape.measured.Seconds()
 			p99 := quantile(r.lat, 0.99)
-			t.Logf("%-5s %-18s %10.0f %9.0f%% %8v %8v %8.1f%% %9.1f%% %13.1f%%", loadName(load), c.name, goodput, 100*goodput/ccCapacity,
+			t.Logf("%-8s %-18s %10.0f %9.0f%% %8v %8v %8.1f%% %9.1f%% %13.1f%%", name, c.name, goodput, 100*goodput/capacity,
 				quantile(r.lat, 0.50).Round(100*time.Microsecond), p99.Round(100*time.Microsecond),
 				100*float64(r.refused)/float64(max(r.ops, 1)), 100*float64(r.timedOut)/float64(max(r.ops, 1)),
 				100*float64(r.abandoned)/float64(max(r.served, 1)))

@@ -24,7 +24,7 @@ type Workers struct {
 	wg      sync.WaitGroup
 	closing chan struct{}
 	once    sync.Once
-	service time.Duration
+	service atomic.Int64 // nanoseconds
 
 	served    atomic.Int64 // requests a worker served, the callers there or not
 	abandoned atomic.Int64 // of these, whose caller had left by the end
@@ -39,7 +39,8 @@ type workerJob struct {
 // NewWorkers starts a server of n workers (at least 1), each serving a
 // request for service.
 func NewWorkers(n int, service time.Duration) *Workers {
-	w := &Workers{queue: make(chan *workerJob, 1<<17), closing: make(chan struct{}), service: service}
+	w := &Workers{queue: make(chan *workerJob, 1<<17), closing: make(chan struct{})}
+	w.service.Store(int64(service))
 	for range max(n, 1) {
 		w.wg.Go(w.work)
 	}
@@ -51,7 +52,7 @@ func (w *Workers) work() {
 		select {
 		case j := <-w.queue:
 			w.inQueue.Add(-1)
-			time.Sleep(w.service)
+			time.Sleep(time.Duration(w.service.Load()))
 			w.served.Add(1)
 			if j.gone.Load() {
 				w.abandoned.Add(1)
@@ -84,6 +85,10 @@ func (w *Workers) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	case <-w.closing:
 	}
 }
+
+// SetService changes the time a worker takes for each request from now
+// on: a server that slows down (a cold cache, a noisy neighbour).
+func (w *Workers) SetService(d time.Duration) { w.service.Store(int64(d)) }
 
 // Served returns how many requests the workers served, and how many of
 // them for callers that had left.
