@@ -381,3 +381,60 @@ func TestConcurrencyStreamsHoldASlotUntilTheirFirstEvent(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrencyLearnsFromTimeoutsNotCancels: an attempt its caller
+// canceled teaches the limit nothing; one that ran out of time is a loss.
+func TestConcurrencyLearnsFromTimeoutsNotCancels(t *testing.T) {
+	tests := []struct {
+		name     string
+		end      func(ctx context.Context) (context.Context, context.CancelFunc)
+		wantFall bool
+	}{
+		{"canceled by the caller", func(ctx context.Context) (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(50*time.Millisecond, cancel)
+			return ctx, cancel
+		}, false},
+		{"out of time", func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, 50*time.Millisecond)
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := httptestutil.NewNetwork()
+				hs := &holdServer{release: make(chan struct{})} // "/hold" never answers in time
+				srv := n.Serve("learn.test", hs)
+				base := n.Transport()
+				var mu sync.Mutex
+				limit := 10
+				rt := New(Options{Base: base, Retry: policy.Retry{MaxAttempts: 1}, Disable: LayerBreaker,
+					Concurrency: &policy.Concurrency{Initial: 10, Min: 1},
+					Hooks: Hooks{OnConcurrencyChange: func(e ConcurrencyEvent) {
+						mu.Lock()
+						limit = e.Limit
+						mu.Unlock()
+					}}})
+				client := &http.Client{Transport: rt}
+				for range 20 {
+					ctx, cancel := tt.end(context.Background())
+					req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/hold", nil)
+					if _, err := client.Do(req); err == nil {
+						t.Fatal("a request the server never answered succeeded")
+					}
+					cancel()
+					time.Sleep(10 * time.Millisecond)
+				}
+				mu.Lock()
+				got := limit
+				mu.Unlock()
+				if fell := got < 10; fell != tt.wantFall {
+					t.Errorf("limit after 20 attempts %s = %d (from 10); want it to fall: %v", tt.name, got, tt.wantFall)
+				}
+				close(hs.release)
+				base.CloseIdleConnections()
+				srv.Close()
+			})
+		})
+	}
+}
