@@ -102,7 +102,7 @@ func ConcurrencyOutcomeOf(v Verdict, status int, canceled bool) ConcurrencyOutco
 	case canceled || v.Refusal != "":
 		return ConcurrencyIgnored
 	case status != 0:
-		if status >= 500 || status == 429 {
+		if !v.Accepted { // a 5xx or a 429, as Judge says
 			return ConcurrencyLoss
 		}
 		return ConcurrencyServed

@@ -204,7 +204,7 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 // err teaches the limit.
 func concOutcome(req *http.Request, resp *http.Response, err error) policy.ConcurrencyOutcome {
 	if err == nil && resp != nil {
-		if c := resp.StatusCode; c >= 500 || c == http.StatusTooManyRequests {
+		if !policy.StatusAccepted(resp.StatusCode) { // a 5xx or a 429
 			return policy.ConcurrencyLoss
 		}
 		if _, ok := resp.Body.(*aheadBody); ok {
