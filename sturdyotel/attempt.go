@@ -109,10 +109,19 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return resp, err
 	}
 	if err != nil {
+		var oe *net.OpError
+		if errors.As(err, &oe) && oe.Op == "dial" && oe.Addr != nil {
+			if host, _, err := net.SplitHostPort(oe.Addr.String()); err == nil {
+				span.SetAttributes(semconv.NetworkPeerAddress(host))
+			}
+		}
 		span.SetAttributes(outcome)
 		span.SetStatus(codes.Error, err.Error())
 		span.End()
 		return resp, err
+	}
+	if a := transport.AddressOf(resp); a != "" { // sent through a per-address pool
+		span.SetAttributes(semconv.NetworkPeerAddress(a))
 	}
 	span.SetAttributes(outcome)
 	if proto.Valid() {

@@ -3,7 +3,9 @@ package sturdyotel
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"strconv"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -18,12 +20,12 @@ import (
 
 // instruments are sturdy's counters; a nil one records nothing.
 type instruments struct {
-	attempts, retries, giveUps, budget           metric.Int64Counter
-	hedges, hedgesWon, hedgesCanceled            metric.Int64Counter
-	breakerChanges, breakerRefusals              metric.Int64Counter
-	quotaWaits, quotaRejections, throttleRejects metric.Int64Counter
-	streams, concurrencyRefusals                 metric.Int64Counter
-	concurrencyLimit                             metric.Int64Gauge
+	attempts, retries, giveUps, budget                 metric.Int64Counter
+	hedges, hedgesWon, hedgesCanceled                  metric.Int64Counter
+	breakerChanges, breakerRefusals                    metric.Int64Counter
+	quotaWaits, quotaRejections, throttleRejects       metric.Int64Counter
+	streams, concurrencyRefusals, ejections, failovers metric.Int64Counter
+	concurrencyLimit                                   metric.Int64Gauge
 }
 
 func newInstruments(m metric.Meter) instruments {
@@ -60,6 +62,8 @@ func newInstruments(m metric.Meter) instruments {
 		concurrencyRefusals: counter(MetricConcurrencyRefusals, "{request}",
 			"Requests refused unsent because their host's concurrency limit was full and their time did not allow a wait."),
 		concurrencyLimit: gauge(MetricConcurrencyLimit, "{request}", "A host's adaptive limit of requests in flight, when it changes."),
+		ejections:        counter(MetricEjections, "{ejection}", "Addresses of a host ejected after failing."),
+		failovers:        counter(MetricFailovers, "{attempt}", "Attempts sent to an alternate origin."),
 	}
 }
 
@@ -241,6 +245,24 @@ func (t *Telemetry) Hooks() transport.Hooks {
 			}
 			add(ctx, in.streams, attrs)
 			event(ctx, EventStream, append(attrs, attribute.Float64(attrWait, e.Wait.Seconds()))...)
+		},
+		OnEject: func(e transport.EjectionEvent) {
+			host, port, _ := net.SplitHostPort(e.Host)
+			p, _ := strconv.Atoi(port)
+			add(context.Background(), in.ejections, []attribute.KeyValue{
+				semconv.ServerAddress(host), semconv.ServerPort(p),
+				semconv.NetworkPeerAddress(e.Address),
+				attribute.Int(attrEjections, e.Ejections),
+			})
+		},
+		OnFailover: func(e transport.FailoverEvent) {
+			if quiet(reqContext(e.Request), in.failovers) {
+				return
+			}
+			ctx, attrs := requestAttrs(e.Request, 2)
+			attrs = append(attrs, attribute.String(attrFailoverTo, e.To), attribute.String(attrFailoverWhy, e.Reason))
+			add(ctx, in.failovers, attrs)
+			event(ctx, EventFailover, attrs...)
 		},
 	}
 }

@@ -52,6 +52,13 @@ const (
 	// recorded when it changes, by sturdy.concurrency.key; it carries no
 	// request attributes. A gauge.
 	MetricConcurrencyLimit = "sturdy.client.concurrency.limit"
+	// MetricEjections counts addresses that Endpoints.PerAddress ejected,
+	// by server.address, server.port and network.peer.address; they carry
+	// no request attributes.
+	MetricEjections = "sturdy.client.endpoints.ejections"
+	// MetricFailovers counts attempts sent to an alternate origin, by
+	// sturdy.failover.to and sturdy.failover.reason.
+	MetricFailovers = "sturdy.client.endpoints.failovers"
 )
 
 // The events that [Telemetry] adds to the caller's span (the span of the
@@ -85,6 +92,9 @@ const (
 	// sturdy.concurrency.in_flight then and the sturdy.wait.duration it
 	// waited for a slot.
 	EventConcurrencyRefused = "sturdy.concurrency.refused"
+	// EventFailover: an attempt went to the alternate origin
+	// sturdy.failover.to, for sturdy.failover.reason.
+	EventFailover = "sturdy.failover"
 )
 
 // sturdy's attribute keys, all under the sturdy namespace.
@@ -106,6 +116,9 @@ const (
 	attrRetryIn      = "sturdy.breaker.retry_in"        // seconds until an open breaker probes
 	attrProb         = "sturdy.throttle.probability"    // the throttle's rejection probability
 	attrCommitted    = "sturdy.stream.committed"        // bool: a content event came, the stream was handed back
+	attrFailoverTo   = "sturdy.failover.to"             // the alternate origin an attempt went to
+	attrFailoverWhy  = "sturdy.failover.reason"         // "circuit open", "attempt failed"
+	attrEjections    = "sturdy.endpoints.ejections"     // int: times the address was ejected
 	attrConcKey      = "sturdy.concurrency.key"         // the host key of a concurrency limit
 	attrConcLimit    = "sturdy.concurrency.limit"       // int: the limit
 	attrConcInFlight = "sturdy.concurrency.in_flight"   // int: requests in flight to the host

@@ -17,12 +17,14 @@
 //
 // New stacks, outermost first:
 //
-//	IdempotencyKey, Deadline(Timeout), Retry, [Hedge], [Throttle], RateLimitAware, [Concurrency],
-//	Breaker, FirstEvent, Deadline(AttemptTimeout), [PropagateDeadline], base
+//	[Endpoints], IdempotencyKey, Deadline(Timeout), Retry, [Hedge], Alternates, [Throttle],
+//	RateLimitAware, [Concurrency], Breaker, FirstEvent, Deadline(AttemptTimeout), [PropagateDeadline],
+//	[PerAddress] base
 //
 // Hedge, Throttle, Concurrency and PropagateDeadline are there only when
 // Options.Hedge, Options.Throttle, Options.Concurrency and
-// Options.PropagateDeadline turn them on. The layers do this:
+// Options.PropagateDeadline turn them on; the Endpoints layers only when
+// Options.Endpoints does. The layers do this:
 //
 //   - IdempotencyKey gives a key to each operation that is vouched for:
 //     the caller's own key, or a host in Idempotency.Hosts. Every attempt
@@ -61,6 +63,12 @@
 //     half way is then a failed attempt that Retry tries again.
 //   - PropagateDeadline sends the server the attempt's time left: the
 //     shortest of the caller's deadline, Timeout and AttemptTimeout.
+//   - Endpoints (see [Endpoints]): the outermost layer keeps what an
+//     operation's attempts share (the addresses tried, the origin to try
+//     next); Alternates sends an attempt to an alternate origin while its
+//     own fails, above the per-host layers so that each origin has its own
+//     breaker and quotas; [PerAddress] keeps a connection pool per address
+//     of each host and ejects a failing address.
 //
 // [Deadline] itself, used in a Chain, is a hard limit on everything beneath
 // it, the body of a stream included.

@@ -191,6 +191,12 @@ type Options struct {
 	// [policy.Concurrency]. Nil means no bound.
 	Concurrency *policy.Concurrency
 
+	// Endpoints says where requests to a host may go: a connection pool
+	// per address of the host, with failing addresses ejected, and
+	// alternate origins while one fails. Its zero value changes nothing
+	// and costs nothing.
+	Endpoints Endpoints
+
 	// Hooks observe what the stack does. They are added to any hooks set
 	// in Retry, Breaker and RateLimit, which still run.
 	Hooks Hooks
@@ -237,6 +243,11 @@ type Hooks struct {
 	// OnConcurrencyRefuse is called when a request is refused unsent
 	// because its host's concurrency limit was full.
 	OnConcurrencyRefuse func(ConcurrencyEvent)
+	// OnEject is called when Endpoints.PerAddress ejects an address.
+	OnEject func(EjectionEvent)
+	// OnFailover is called for each attempt sent to an alternate origin
+	// (see Endpoints.Alternates).
+	OnFailover func(FailoverEvent)
 }
 
 // New returns the recommended stack, outermost first:
@@ -247,7 +258,9 @@ type Hooks struct {
 // between Retry and RateLimitAware. Options.Concurrency adds
 // [Concurrency] between RateLimitAware and Breaker: each attempt takes a
 // slot after its quota wait, and a stream holds it until its first
-// event. Options.PropagateDeadline adds
+// event. Options.Endpoints adds a layer
+// outermost, its alternates above Throttle, and its per-address pools
+// beneath everything. Options.PropagateDeadline adds
 // [PropagateDeadline] just above base. Options.Disable switches layers off.
 // New is Chain(base, Layers(o)...).
 //
@@ -283,6 +296,11 @@ func Layers(o Options) []Middleware {
 	reg := hosts.New(hosts.Options{MaxHosts: o.RateLimit.MaxHosts}) // every layer's per-host state
 
 	var mws []Middleware
+	var ep *endpoints // Endpoints: the outermost layer, one above the per-host layers, and the base's pools
+	if o.Endpoints.on() {
+		ep = newEndpoints(o.Endpoints, h)
+		mws = append(mws, ep.operation())
+	}
 	if on(LayerIdempotencyKey) {
 		mws = append(mws, IdempotencyKey(o.Idempotency))
 	}
@@ -339,6 +357,9 @@ func Layers(o Options) []Middleware {
 		p.OnCopyCanceled = both(p.OnCopyCanceled, h.OnCopyCanceled)
 		mws = append(mws, hedgeMiddleware(p, b))
 	}
+	if mw := ep.alternates(); mw != nil {
+		mws = append(mws, mw)
+	}
 	if o.Throttle != nil {
 		mws = append(mws, throttleMiddleware(o.Throttle, h.OnThrottle))
 	}
@@ -363,6 +384,7 @@ func Layers(o Options) []Middleware {
 			}
 			b = newBreakers(s, reg)
 		}
+		ep.useBreakers(b) // the alternates ask them whether an origin's circuit is open
 		mws = append(mws, b.Middleware())
 	}
 	attempt := o.AttemptTimeout
@@ -378,6 +400,9 @@ func Layers(o Options) []Middleware {
 	mws = append(mws, boundMiddleware(boundHeaders, attempt, idle, boundAttempt, o.ReadBody))
 	if o.PropagateDeadline {
 		mws = append(mws, PropagateDeadline(""))
+	}
+	if ep != nil && o.Endpoints.PerAddress {
+		mws = append(mws, ep.perAddressMiddleware())
 	}
 	return mws
 }

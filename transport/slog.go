@@ -31,6 +31,11 @@ const (
 	attrLimFrom  = "sturdy.concurrency.from"
 	attrLimit    = "sturdy.concurrency.limit"
 	attrInFlight = "sturdy.concurrency.in_flight"
+	attrPeer     = "network.peer.address"
+	attrEjected  = "sturdy.ejections"
+	attrEjection = "sturdy.ejection"
+	attrFailures = "sturdy.failures"
+	attrOrigin   = "sturdy.origin"
 
 	msgAttempt         = "sturdy: attempt"
 	msgRetry           = "sturdy: retry"
@@ -44,16 +49,19 @@ const (
 	msgThrottle        = "sturdy: throttle"
 	msgConcLimit       = "sturdy: concurrency limit"
 	msgConcRefuse      = "sturdy: concurrency refuse"
+	msgEject           = "sturdy: address ejected"
+	msgFailover        = "sturdy: failover"
 )
 
 // SlogHooks returns hooks that log every event of the stack to l. A nil l
 // means [slog.Default]. The levels are:
 //
 //   - Debug: attempts and canceled hedge copies.
-//   - Info: retries, rate-limit waits, hedges and their wins, and breaker
-//     changes other than opening.
+//   - Info: retries, rate-limit waits, hedges and their wins, failovers
+//     to alternate origins, and breaker changes other than opening.
 //   - Warn: give-ups, rate-limit rejections, throttled requests, requests
-//     refused for a concurrency limit and breakers opening.
+//     refused for a concurrency limit, breakers opening and addresses
+//     ejected.
 //   - Concurrency limits' changes are logged at Debug.
 //
 // An event at a level that l does not enable costs only the enabled check.
@@ -74,6 +82,8 @@ const (
 //	"sturdy: throttle"               sturdy.key, sturdy.throttle.probability
 //	"sturdy: concurrency limit"      sturdy.key, sturdy.concurrency.from, sturdy.concurrency.limit, sturdy.concurrency.in_flight
 //	"sturdy: concurrency refuse"     sturdy.key, sturdy.concurrency.limit, sturdy.concurrency.in_flight, sturdy.wait
+//	"sturdy: address ejected"        sturdy.key (host:port), network.peer.address, sturdy.failures, sturdy.ejections, sturdy.ejection (how long)
+//	"sturdy: failover"               sturdy.key (the request's origin), sturdy.origin (the alternate), sturdy.reason
 //
 // Events of a request also carry http.request.method, url.path and
 // server.address, the request's host and port.
@@ -170,6 +180,17 @@ func SlogHooks(l *slog.Logger) Hooks {
 		OnThrottle: func(e ThrottleEvent) {
 			if ctx, ok := on(slog.LevelWarn, e.Request); ok {
 				log(ctx, slog.LevelWarn, msgThrottle, e.Request, slog.String(attrKey, e.Host), slog.Float64(attrProb, e.Probability))
+			}
+		},
+		OnEject: func(e EjectionEvent) {
+			if ctx, ok := on(slog.LevelWarn, nil); ok {
+				log(ctx, slog.LevelWarn, msgEject, nil, slog.String(attrKey, e.Host), slog.String(attrPeer, e.Address),
+					slog.Int(attrFailures, e.Failures), slog.Int(attrEjected, e.Ejections), slog.Duration(attrEjection, e.Duration))
+			}
+		},
+		OnFailover: func(e FailoverEvent) {
+			if ctx, ok := on(slog.LevelInfo, e.Request); ok {
+				log(ctx, slog.LevelInfo, msgFailover, e.Request, slog.String(attrKey, e.From), slog.String(attrOrigin, e.To), slog.String(attrReason, e.Reason))
 			}
 		},
 	}
