@@ -63,7 +63,7 @@ type Concurrency struct {
 	Max int
 	// Tolerance is how many times its healthy latency a host may take
 	// before the limit falls. Zero or less than 1 means
-	// [DefaultConcurrencyTolerance] (2).
+	// [DefaultConcurrencyTolerance] (1.5).
 	Tolerance float64
 	// Backoff is what a window with a loss multiplies the limit by, in
 	// (0, 1). Zero or out of range means [DefaultConcurrencyBackoff]
