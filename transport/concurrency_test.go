@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -437,4 +438,59 @@ func TestConcurrencyLearnsFromTimeoutsNotCancels(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestConcurrencyIgnoresHedgeLosers: a hedged copy that lost the race
+// and was canceled teaches the limit nothing, as the caller's cancel.
+func TestConcurrencyIgnoresHedgeLosers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := httptestutil.NewNetwork()
+		var mu sync.Mutex
+		seen := map[string]int{}
+		srv := n.Serve("hedge.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen[r.URL.RawQuery]++
+			first := seen[r.URL.RawQuery] == 1
+			mu.Unlock()
+			if first { // each operation's first copy hangs until it loses
+				<-r.Context().Done()
+				return
+			}
+			w.Write([]byte("ok"))
+		}))
+		base := n.Transport()
+		var changes []ConcurrencyEvent
+		rt := New(Options{Base: base, Disable: LayerBreaker,
+			Hedge:       &policy.Hedge{Delay: 10 * time.Millisecond, Budget: &policy.Budget{Ratio: 1, MinRetries: 1000}},
+			Concurrency: &policy.Concurrency{Initial: 10, Min: 1},
+			Hooks: Hooks{OnConcurrencyChange: func(e ConcurrencyEvent) {
+				mu.Lock()
+				changes = append(changes, e)
+				mu.Unlock()
+			}}})
+		client := &http.Client{Transport: rt}
+		for i := range 30 {
+			resp, err := client.Get(srv.URL + "/x?op=" + strconv.Itoa(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			synctest.Wait() // the loser's cancel has reached the server
+			time.Sleep(5 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range changes {
+			if e.Limit < 10 {
+				t.Errorf("limit fell to %d: a hedge that lost counted as a loss", e.Limit)
+			}
+		}
+		for op, copies := range seen {
+			if copies != 2 {
+				t.Errorf("operation %s: %d copies reached the server, want 2 (the hedge is the point)", op, copies)
+			}
+		}
+		base.CloseIdleConnections()
+		srv.Close()
+	})
 }
