@@ -30,8 +30,9 @@ const MaxConcurrencyLimit = 4000
 // and learns the bound from what the host does. It is a gradient on an
 // absolute healthy latency, with multiplicative decrease on losses:
 //
-//   - The reference is the lowest mean latency of a short window (about
-//     two reference latencies long) the host has shown. It falls at once
+//   - The reference is the lowest mean latency of a window (at least
+//     two reference latencies long, and 16 outcomes unless it lasts 10s)
+//     the host has shown. It falls at once
 //     to a lower window mean. It rises only after Healthy has passed
 //     with no loss and no request finding the limit full; so in a long
 //     incident, while the host is slow and the limit is pressed, it stays
@@ -129,6 +130,7 @@ const (
 	sumShift    = 28
 	sumUnit     = 4 * time.Microsecond
 	maxSamples  = 256                      // a window closes at this many samples
+	minSamples  = 16                       // and, before maxWindowNS, not with fewer
 	maxSample   = (1<<36 - 1) / countMask  // the longest sample, in sumUnits (268s), so the sum cannot overflow
 	releaseOne  = flightMask               // adding it takes one from the flight and adds one to the count
 	minWindowNS = int64(time.Millisecond)  // the shortest window
@@ -143,7 +145,8 @@ const (
 type ConcurrencyLimit struct {
 	word     atomic.Uint64
 	limit    atomic.Int64
-	windowAt atomic.Int64  // when the window ends, in nanoseconds since epoch
+	windowAt atomic.Int64  // when the window may end, in nanoseconds since epoch
+	lastAt   atomic.Int64  // when it ends with fewer than minSamples
 	peak     atomic.Int64  // most requests in flight at once in the window
 	pressed  atomic.Bool   // a request found the limit full in the window
 	sparse   atomic.Uint64 // one attempt in sparse+1 is timed: a mask of the ticket
@@ -165,6 +168,7 @@ func (c *Concurrency) NewLimit(now time.Time) *ConcurrencyLimit {
 	l.exact = float64(l.c.Initial)
 	l.limit.Store(int64(l.c.Initial))
 	l.windowAt.Store(minWindowNS)
+	l.lastAt.Store(maxWindowNS)
 	return l
 }
 
@@ -256,7 +260,7 @@ func (l *ConcurrencyLimit) Release(now time.Time, rtt time.Duration, o Concurren
 		}
 	}
 	t := now.Sub(l.epoch).Nanoseconds()
-	if t < l.windowAt.Load() && (w>>countShift)&countMask < maxSamples {
+	if o != ConcurrencyLoss && !l.due(t, (w>>countShift)&countMask) {
 		return false, 0, 0
 	}
 	if !l.mu.TryLock() {
@@ -283,6 +287,14 @@ func (l *ConcurrencyLimit) Reference() time.Duration {
 	return time.Duration(l.ref)
 }
 
+// due reports whether the window ends at t with n outcomes (samples and
+// losses): when it has lasted two reference latencies and has at least
+// minSamples of them, so that one slow request of a host whose requests
+// differ is not a trend; or has lasted maxWindowNS; or has maxSamples.
+func (l *ConcurrencyLimit) due(t int64, n uint64) bool {
+	return n >= maxSamples || t >= l.windowAt.Load() && (n >= minSamples || t >= l.lastAt.Load())
+}
+
 // endWindow ends the window at t (since epoch) when it is due, and moves
 // the limit as its samples and losses say. l.mu is held.
 func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
@@ -290,8 +302,8 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 	for {
 		w := l.word.Load()
 		count, sum = (w>>countShift)&countMask, w>>sumShift
-		if t < l.windowAt.Load() && count < maxSamples {
-			return false, 0, 0 // ended by another request meanwhile
+		if !l.due(t, count+uint64(l.losses)) {
+			return false, 0, 0 // not yet, or ended by another request meanwhile
 		}
 		if l.word.CompareAndSwap(w, w&(flightMask|ticketMask)) {
 			break
@@ -337,6 +349,7 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 		width = min(max(2*l.ref, minWindowNS), maxWindowNS)
 	}
 	l.windowAt.Store(t + width)
+	l.lastAt.Store(t + max(width, maxWindowNS))
 	return to != from, from, to
 }
 
