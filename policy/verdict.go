@@ -81,6 +81,9 @@ func judgeFailure(o *Outcome) Verdict {
 		if _, ok := NotProcessed(err); ok {
 			return v // HostIgnored: a server draining its connections for a deploy is not failing
 		}
+		if _, ok := LocalFinal(err); ok {
+			return v // HostIgnored: the host answered; the client could not take its answer
+		}
 		v.Host = HostFailing
 		return v
 	}

@@ -134,6 +134,12 @@ type Options struct {
 	// breakers.
 	Breakers *Breakers
 
+	// GoBreaker, when set, puts circuits of github.com/sony/gobreaker/v2,
+	// made from its settings, in place of the default circuits (see
+	// [GoBreaker]). Breaker and Breakers are then unused. Nil means the
+	// default circuits.
+	GoBreaker *GoBreakerSettings
+
 	// RateLimit configures how server quotas are honoured; see
 	// [ratelimit.Options] for its defaults. Its MaxHosts also bounds the
 	// one table that holds every layer's per-host state. Zero MaxHosts
@@ -372,7 +378,9 @@ func Layers(o Options) []Middleware {
 	if o.Concurrency != nil {
 		mws = append(mws, concurrencyMiddleware(o.Concurrency, reg, h))
 	}
-	if on(LayerBreaker) {
+	if on(LayerBreaker) && o.GoBreaker != nil {
+		mws = append(mws, GoBreaker(*o.GoBreaker)) // gobreaker's circuits in place of the default ones
+	} else if on(LayerBreaker) {
 		b := o.Breakers
 		if b == nil {
 			s := o.Breaker

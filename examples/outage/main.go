@@ -21,8 +21,8 @@
 // asking), so every kind of client is asked for the same operations. The
 // program prints a table (how many operations succeeded, when the server
 // was back, the load it got while down and after, what the callers saw)
-// and writes an SVG chart of the server's load to outage.svg in the
-// current directory (-svg names another file).
+// and, when asked with -svg FILE, writes an SVG chart of the server's
+// load. It writes no file unless asked.
 //
 // The clients and the server share this machine. A goroutine measures
 // how late its own timers fire; where they fire late (the machine is
@@ -39,7 +39,8 @@
 // requests the server takes at once, refuses the rest at once, and its
 // callers get nearly all the server can serve.
 //
-//	go run ./examples/outage                  # about 30 s
+//	go run ./examples/outage                  # about 40 s, with the build
+//	go run ./examples/outage -svg outage.svg  # also writes the chart
 //	go run ./examples/outage -clients 1000 -run 20s -outage-start 5s -outage 10s
 //	go run ./examples/outage -capacity 0      # a server with no limit: nothing keeps it down
 //	go run ./examples/outage -readme          # also writes docs/outage.svg, the README's chart
@@ -93,7 +94,7 @@ func mainErr(args []string, out io.Writer) error {
 	fs.Float64Var(&cc.Load, "overload", cc.Load, "second part: demand as a multiple of what a server of 8 workers of 20 ms can serve; 0 skips the part")
 	fs.DurationVar(&cc.Run, "overload-run", cc.Run, "second part: how long each kind of client is measured, after half a second of warm-up")
 	fs.DurationVar(&cc.Deadline, "overload-deadline", cc.Deadline, "second part: each operation's deadline")
-	svg := fs.String("svg", "outage.svg", "where to write the chart")
+	svg := fs.String("svg", "", "write the chart of the server's load to this file; empty writes none")
 	readme := fs.Bool("readme", false, "also write the chart to docs/outage.svg, the one the README shows (run from the repository root)")
 	fs.SetOutput(out)
 	if err := fs.Parse(args); err != nil {
@@ -161,7 +162,10 @@ func mainErr(args []string, out io.Writer) error {
 		fmt.Fprintln(out)
 	}
 
-	paths := []string{*svg}
+	var paths []string
+	if *svg != "" {
+		paths = append(paths, *svg)
+	}
 	if *readme {
 		paths = append(paths, filepath.Join("docs", "outage.svg"))
 	}
@@ -174,6 +178,9 @@ func mainErr(args []string, out io.Writer) error {
 			abs = p
 		}
 		fmt.Fprintf(out, "chart: %s (server requests per 100 ms over time, one line per kind of client, the outage shaded)\n", abs)
+	}
+	if len(paths) == 0 {
+		fmt.Fprintln(out, "chart: -svg outage.svg writes the server's load over time to outage.svg")
 	}
 	if cc.Load > 0 {
 		return capacityPart(ctx, out, cc)
