@@ -197,6 +197,15 @@ type Options struct {
 	// zero value uses [policy.DefaultStreamPreambles].
 	Stream policy.Stream
 
+	// Concurrency, when set, adds a [Concurrency] layer beneath
+	// RateLimitAware and above Breaker. It bounds the attempts in flight
+	// to each host and learns the bound from the host's latency and
+	// losses. A request that finds the bound full waits while its
+	// operation's time allows, else fails unsent with
+	// [ErrConcurrencyLimit]. Its zero value has the defaults of
+	// [policy.Concurrency]. Nil means no bound.
+	Concurrency *policy.Concurrency
+
 	// Endpoints says where requests to a host may go: a connection pool
 	// per address of the host, with failing addresses ejected, and
 	// alternate origins while one fails. Its zero value changes nothing
@@ -243,6 +252,12 @@ type Hooks struct {
 	// its first content event, or at an error event, an end or a stall
 	// before it (see Options.FirstEventTimeout).
 	OnStreamCommit func(StreamEvent)
+	// OnConcurrencyChange is called when a host's concurrency limit
+	// changes (see Options.Concurrency).
+	OnConcurrencyChange func(ConcurrencyEvent)
+	// OnConcurrencyRefuse is called when a request is refused unsent
+	// because its host's concurrency limit was full.
+	OnConcurrencyRefuse func(ConcurrencyEvent)
 	// OnEject is called when Endpoints.PerAddress ejects an address.
 	OnEject func(EjectionEvent)
 	// OnFailover is called for each attempt sent to an alternate origin
@@ -255,7 +270,10 @@ type Hooks struct {
 //	IdempotencyKey, Deadline(Timeout), Retry, RateLimitAware, Breaker, FirstEvent, Deadline(AttemptTimeout), base
 //
 // Options.Hedge adds [Hedge], then Options.Throttle adds [Throttle],
-// between Retry and RateLimitAware. Options.Endpoints adds a layer
+// between Retry and RateLimitAware. Options.Concurrency adds
+// [Concurrency] between RateLimitAware and Breaker: each attempt takes a
+// slot after its quota wait, and a stream holds it until its first
+// event. Options.Endpoints adds a layer
 // outermost, its alternates above Throttle, and its per-address pools
 // beneath everything. Options.PropagateDeadline adds
 // [PropagateDeadline] just above base. Options.Disable switches layers off.
@@ -292,7 +310,7 @@ func Layers(o Options) []Middleware {
 	var mws []Middleware
 	for _, mw := range [...]Middleware{
 		p.endpoints(), p.idempotency(), p.timeout(), p.retry(), p.hedge(),
-		p.ep.alternates(), p.throttle(), p.rateLimit(), p.breaker(),
+		p.ep.alternates(), p.throttle(), p.rateLimit(), p.concurrency(), p.breaker(),
 		p.firstEvent(), p.attempt(), p.propagate(), p.perAddress(),
 	} {
 		if mw != nil {
@@ -427,6 +445,13 @@ func (p *parts) rateLimit() Middleware {
 	r.OnWait = both(r.OnWait, p.o.Hooks.OnRateLimitWait)
 	r.OnReject = both(r.OnReject, p.o.Hooks.OnRateLimitReject)
 	return RateLimitTracker(ratelimit.NewTrackerOn(r, p.reg)) // its quotas beside the breakers
+}
+
+func (p *parts) concurrency() Middleware {
+	if p.o.Concurrency == nil {
+		return nil
+	}
+	return concurrencyMiddleware(p.o.Concurrency, p.reg, p.o.Hooks)
 }
 
 func (p *parts) breaker() Middleware {

@@ -298,7 +298,7 @@ func (o *retryRun) send(r *http.Request) (*http.Response, error) {
 		err = errNilResponse
 	}
 	answered(resp, r)
-	if c.onAttempt != nil {
+	if c.onAttempt != nil && !concurrencyRefused(err) { // a request refused for the limit is no attempt
 		c.onAttempt(attemptEvent(o.req, o.n, resp, err, time.Since(o.start)))
 	}
 	return resp, err
