@@ -36,7 +36,7 @@ func budgetOf(b *policy.Budget) retryBudget {
 // newSharedBudget returns a budget with b's settings whose hosts live in
 // reg, beside each host's breaker and quota.
 func newSharedBudget(b *policy.Budget, reg *hosts.Registry) retryBudget {
-	return budgetOf(policy.NewBudgetOn(b, reg))
+	return budgetOf(hosts.BudgetOn(b, reg).(*policy.Budget))
 }
 
 type budget struct{ b *policy.Budget }
