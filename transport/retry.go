@@ -417,7 +417,13 @@ func (t *retrier) end(op *operation, req *http.Request, n int, waited time.Durat
 	if ok {
 		op.reason = ""
 	}
-	return t.giveUp(req, n, resp, err, step)
+	resp, err = t.giveUp(req, n, resp, err, step)
+	if resp != nil && resp.Request != nil && opOf(resp.Request.Context()) != op {
+		// A RoundTripper beneath answered with a request of its own: it
+		// carries the operation too, so that OperationOf finds it.
+		resp.Request = resp.Request.WithContext(withScope(resp.Request.Context(), func(s *scope) { s.op = op }))
+	}
+	return resp, err
 }
 
 // giveUp ends an operation as step says: it reports the outcome to
