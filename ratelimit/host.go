@@ -46,9 +46,12 @@ type hostState struct {
 	// such 429s taken as the excess since the last success.
 	refusedSent, excess time.Time
 	cutsInRow           int
-	bare                barePause
-	client              *rate.Limiter // Options.Rate; nil when off
-	news                chan struct{} // closed by the next response; nil when nobody waits
+	// countsRefusals is when the host showed that it counts the
+	// requests it refuses (see settle): each 429 then pauses it.
+	countsRefusals time.Time
+	bare           barePause
+	client         *rate.Limiter // Options.Rate; nil when off
+	news           chan struct{} // closed by the next response; nil when nobody waits
 }
 
 // verdict is what the state of a host says to one request.
@@ -322,13 +325,28 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 			// no success since: the limiter had not drained (a sliding
 			// window counts what came before), not a rate too high.
 			// Pause again, twice as long, and cut nothing.
+			// Such a limiter counts the requests it refuses: a pace
+			// above its rate, refused, would keep its window full.
+			// What it accepted before its first 429 is its rate.
 			h.bare.wait = min(2*h.bare.wait, maxOwnWait)
 			h.setPause(now, now.Add(h.bare.wait), status, false)
 			h.bare.end = h.pause
+			h.countsRefusals = now
+			h.thr.holdBurst(now)
 			h.held++
 			break
 		}
-		if h.thr.tooMany(now, sent, false) {
+		// A request sent at a learned rate and refused probed above the
+		// host's rate: the cut answers it, and the host goes on at the
+		// lower pace. Only a 429 with nothing learned pauses the host.
+		probe := h.thr.on(now) && h.thr.grow != growGuess && h.countsRefusals.IsZero()
+		cut := h.thr.tooMany(now, sent, false)
+		if cut && probe {
+			// The requests let through within a pause's length meet
+			// the excess this 429 answered: their 429s cut no further.
+			h.thr.quiet = later(h.thr.quiet, now.Add(throttlePause))
+		}
+		if cut && !probe {
 			h.setPause(now, now.Add(throttlePause), status, false)
 			h.bare = barePause{end: h.pause, wait: throttlePause}
 			h.held++
@@ -425,6 +443,17 @@ func (h *hostState) slot(q Quota) int {
 		limit: Unknown, remaining: Unknown, gen: h.quotas[i].gen + 1,
 	}
 	return i
+}
+
+// firstBurst records n, the successes the host had in the second
+// before it had state: what it accepted before anything was known.
+func (h *hostState) firstBurst(n int) {
+	if n <= 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.thr.burst += n
 }
 
 // wake wakes the requests waiting for news. h.mu is held.

@@ -133,6 +133,8 @@ func (res *Reservation) Settle(resp *http.Response) {
 		}
 		if st != nil {
 			st.settle(time.Now(), res.at, res.route, nil, status, VerdictNone, time.Time{})
+		} else if status < 400 {
+			res.t.burst.add(res.burstName(), time.Now()) // the first burst, before any state
 		}
 		return // the common case: nothing to learn
 	}
@@ -159,6 +161,7 @@ func (res *Reservation) Settle(resp *http.Response) {
 			return
 		}
 		res.t.made.Add(1)
+		st.firstBurst(res.t.burst.count(res.burstName(), now))
 	}
 	st.settle(now, res.at, res.route, qs, status, v, until)
 }
@@ -191,4 +194,12 @@ func (res *Reservation) Cancel() {
 	if res.st != nil {
 		res.st.cancel(res)
 	}
+}
+
+// burstName is the name the first burst of res's host is counted under.
+func (res *Reservation) burstName() string {
+	if res.u != nil {
+		return res.u.Host
+	}
+	return res.key.Host
 }

@@ -104,6 +104,9 @@ type throttle struct {
 	// all.
 	oks [okRing]time.Time
 	nok int
+	// burst is the successes of the first burst: those the host had in
+	// the second before it had state (see firstBursts).
+	burst int
 }
 
 // okRing is how many successes the throttle remembers: a second's worth
@@ -175,6 +178,9 @@ func (t *throttle) lastSecond(now time.Time) (float64, bool) {
 func (t *throttle) success(now, sent time.Time) {
 	t.oks[t.nok%okRing] = now
 	t.nok++
+	if sent.IsZero() {
+		t.burst++ // sent before the host had state: the first burst
+	}
 	on := t.on(now)
 	if sent.Before(t.cut) && (on || now.Sub(t.cut) < throttleForget) {
 		t.drain.add(now)
@@ -226,6 +232,19 @@ func (t *throttle) adopt(now time.Time, r float64) {
 	t.set = now // the plateau holds while the host says so
 }
 
+// holdBurst holds the rate just under the first burst's successes, a
+// measure of a limiter that counts a second (and the requests it
+// refuses), when there was one.
+func (t *throttle) holdBurst(now time.Time) {
+	if t.burst <= 0 || t.measured() {
+		return
+	}
+	// A count of a second is of whole requests: a pace half a request under
+	// it keeps the count under the limit whatever the jitter.
+	t.plateau = max(float64(t.burst)*throttleBelow-0.5, minThrottleRate)
+	t.hold(now)
+}
+
 // hold holds the rate at its plateau from now.
 func (t *throttle) hold(now time.Time) {
 	t.rate, t.grow, t.set = t.plateau, growHeld, now
@@ -255,7 +274,9 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 		// pause's requests are released at).
 		t.rate, t.grow = max(m*throttleCut, float64(DefaultReleaseRate)), growGuess
 	case t.rate == 0:
-		t.rate, t.grow = float64(DefaultReleaseRate), growGuess
+		// Less than a second of history: the first burst's successes,
+		// what the host accepted in that second, seed the guess.
+		t.rate, t.grow = max(float64(t.burst)*throttleCut, float64(DefaultReleaseRate)), growGuess
 	default:
 		if t.grow == growAIMD {
 			t.plateau = 0 // a second cut without a measure: the plateau is stale
