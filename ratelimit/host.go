@@ -337,16 +337,16 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 			break
 		}
 		// A request sent at a learned rate and refused probed above the
-		// host's rate: the cut answers it, and the host goes on at the
-		// lower pace. Only a 429 with nothing learned pauses the host.
-		probe := h.thr.on(now) && h.thr.grow != growGuess && h.countsRefusals.IsZero()
-		cut := h.thr.tooMany(now, sent, false)
-		if cut && probe {
-			// The requests let through within a pause's length meet
-			// the excess this 429 answered: their 429s cut no further.
-			h.thr.quiet = later(h.thr.quiet, now.Add(throttlePause))
+		// host's rate: it costs the probe, not a pause. The rate the
+		// host accepted over the last second holds the host (see
+		// throttle.probeRefused), or, without such a measure, the cut
+		// answers it. Only a 429 with nothing learned yet, or from a
+		// limiter that counts its refusals, pauses the host.
+		if h.thr.on(now) && h.countsRefusals.IsZero() && (h.thr.grow != growGuess || h.thr.nearMeasure(now)) {
+			h.thr.probeRefused(now, sent)
+			break
 		}
-		if cut && !probe {
+		if h.thr.tooMany(now, sent, false) {
 			h.setPause(now, now.Add(throttlePause), status, false)
 			h.bare = barePause{end: h.pause, wait: throttlePause}
 			h.held++

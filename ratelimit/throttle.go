@@ -306,6 +306,35 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 	return true
 }
 
+// probeRefused records a 429 of a request let through at sent while a
+// learned rate is in force: a probe above the host's rate. When the cap
+// was about what the host accepted over the last second, that is the
+// host's rate: the cap holds just under it, as a measure. Otherwise the
+// 429 cuts as tooMany does. Either way the requests let through within
+// a pause's length meet the excess it found: their 429s change nothing.
+func (t *throttle) probeRefused(now, sent time.Time) {
+	if sent.Before(t.cut) || sent.Before(t.quiet) {
+		t.last429 = now
+		return
+	}
+	if t.nearMeasure(now) {
+		m, _ := t.lastSecond(now)
+		t.last429, t.cut, t.drain = now, now, drain{}
+		t.plateau = max(min(t.rate, m)*throttleBelow, minThrottleRate)
+		t.hold(now)
+	} else {
+		t.tooMany(now, sent, false)
+	}
+	t.quiet = later(t.quiet, now.Add(throttlePause))
+}
+
+// nearMeasure reports whether the cap in force is about what the host
+// accepted over the last second: a measure of the host's rate.
+func (t *throttle) nearMeasure(now time.Time) bool {
+	m, ok := t.lastSecond(now)
+	return ok && m > 0 && t.rate <= throttleNear*m
+}
+
 // drain is the spacing of a run of successes: its first gaps.
 type drain struct {
 	n    int // successes
