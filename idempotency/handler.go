@@ -174,7 +174,9 @@ func DefaultCacheable(status int) bool {
 // Content-Length.
 //
 // When the store fails at Begin, the request gets 503 with Retry-After
-// rather than run without protection.
+// rather than run without protection. So does a new key that finds a
+// [MemoryStore] full of keys within their TTL: a store never forgets a
+// key early, which would run it twice (see [MemoryStore]).
 func Handler(next http.Handler, o HandlerOptions) http.Handler {
 	h := &handler{
 		next:        next,

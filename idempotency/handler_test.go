@@ -1080,29 +1080,32 @@ func TestHandlerLockExpires(t *testing.T) {
 // through a Handler whose store is bounded, and checks the bounds after
 // each.
 func TestHandlerMemoryBounds(t *testing.T) {
-	const keys = 100_000
-	o := MemoryStoreOptions{MaxEntries: 2_000, MaxBytes: 512 << 10}
-	s := NewMemoryStore(o)
-	h := Handler(&charges{}, HandlerOptions{Store: s})
-	w := &discard{h: make(http.Header)}
-	body := strings.NewReader("")
-	r := httptest.NewRequest("POST", "/charges", body)
-	for i := range keys {
-		payload := fmt.Sprintf(`{"amount":%d}`, i)
-		body.Reset(payload)
-		r.ContentLength = int64(len(payload))
-		r.Header.Set("Idempotency-Key", "key-"+strconv.Itoa(i))
-		clear(w.h)
-		h.ServeHTTP(w, r)
-		if w.status != 201 {
-			t.Fatalf("request %d: status %d, want 201", i, w.status)
+	synctest.Test(t, func(t *testing.T) {
+		const keys = 100_000
+		o := MemoryStoreOptions{MaxEntries: 2_000, MaxBytes: 512 << 10}
+		s := NewMemoryStore(o)
+		h := Handler(&charges{}, HandlerOptions{Store: s, TTL: time.Minute})
+		w := &discard{h: make(http.Header)}
+		body := strings.NewReader("")
+		r := httptest.NewRequest("POST", "/charges", body)
+		for i := range keys {
+			time.Sleep(40 * time.Millisecond) // 1,500 keys within the TTL
+			payload := fmt.Sprintf(`{"amount":%d}`, i)
+			body.Reset(payload)
+			r.ContentLength = int64(len(payload))
+			r.Header.Set("Idempotency-Key", "key-"+strconv.Itoa(i))
+			clear(w.h)
+			h.ServeHTTP(w, r)
+			if w.status != 201 {
+				t.Fatalf("request %d: status %d, want 201", i, w.status)
+			}
+			if st := s.Stats(); st.Entries > o.MaxEntries || st.Bytes > o.MaxBytes || st.InFlight != 0 {
+				t.Fatalf("after %d keys: %+v; limits %d entries, %d bytes, and no lock left", i+1, st, o.MaxEntries, o.MaxBytes)
+			}
 		}
-		if st := s.Stats(); st.Entries > o.MaxEntries || st.Bytes > o.MaxBytes || st.InFlight != 0 {
-			t.Fatalf("after %d keys: %+v; limits %d entries, %d bytes, and no lock left", i+1, st, o.MaxEntries, o.MaxBytes)
-		}
-	}
-	check(t, s)
-	t.Logf("after %d keys: %+v", keys, s.Stats())
+		check(t, s)
+		t.Logf("after %d keys: %+v", keys, s.Stats())
+	})
 }
 
 type discard struct {
@@ -1289,4 +1292,69 @@ func TestHandlerRetryAfterOption(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A full store never makes the Handler run a key twice within its TTL:
+// a key that finds no room is refused 503 with Retry-After, unrun, and
+// the keys the store holds are replayed; once they expire, new keys run.
+// A key whose response was dropped for bytes is answered 422 not-kept.
+func TestHandlerFullStoreRunsNoKeyTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		runs := map[string]int{}
+		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs[r.Header.Get("Idempotency-Key")]++
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"id":"`+r.Header.Get("Idempotency-Key")+`","padding":"`+strings.Repeat("x", 1000)+`"}`)
+		})
+		send := func(h http.Handler, key string) *httptest.ResponseRecorder {
+			r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{}`))
+			r.Header.Set("Idempotency-Key", key)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			return w
+		}
+
+		h := Handler(next, HandlerOptions{Store: NewMemoryStore(MemoryStoreOptions{MaxEntries: 2}), TTL: time.Hour})
+		for _, tt := range []struct {
+			key    string
+			status int
+			replay bool
+		}{
+			{"order-1", 201, false},
+			{"order-2", 201, false},
+			{"order-3", 503, false}, // no room: refused, not run
+			{"order-1", 201, true},  // replayed, not run again
+			{"order-2", 201, true},
+		} {
+			w := send(h, tt.key)
+			if w.Code != tt.status || (w.Header().Get(ReplayedHeader) == "true") != tt.replay {
+				t.Errorf("%s: got %d, replayed %q; want %d, replayed %v", tt.key, w.Code, w.Header().Get(ReplayedHeader), tt.status, tt.replay)
+			}
+			if w.Code == 503 && w.Header().Get("Retry-After") == "" {
+				t.Errorf("%s: 503 without Retry-After", tt.key)
+			}
+		}
+		time.Sleep(time.Hour)
+		if w := send(h, "order-3"); w.Code != 201 {
+			t.Errorf("order-3 after the TTL: got %d, want 201", w.Code)
+		}
+		for k, n := range runs {
+			if n != 1 {
+				t.Errorf("%s ran %d times, want once", k, n)
+			}
+		}
+
+		// Bounded by bytes: the oldest response is dropped, its key kept.
+		clear(runs)
+		h = Handler(next, HandlerOptions{Store: NewMemoryStore(MemoryStoreOptions{MaxBytes: 4000})})
+		for _, k := range []string{"a", "b", "c", "a"} {
+			send(h, k)
+		}
+		if w := send(h, "a"); w.Code != http.StatusUnprocessableEntity || !strings.Contains(w.Body.String(), TypeNotKept) {
+			t.Errorf("a key whose response was dropped: got %d %s, want 422 of type %s", w.Code, w.Body, TypeNotKept)
+		}
+		if runs["a"] != 1 {
+			t.Errorf("a ran %d times, want once", runs["a"])
+		}
+	})
 }

@@ -36,14 +36,17 @@ type MemoryStoreOptions struct {
 //
 // Its memory is bounded by a number of entries and a number of bytes
 // (keys, fingerprints, response headers and bodies, and a fixed overhead
-// per entry, see [MemoryStats]). To make room it drops expired entries
-// first, then completed responses oldest first, by the time they were
-// stored: with one TTL for all, the oldest is the one that would expire
-// soonest, so it is the one whose loss costs least. In-flight locks are
-// never evicted, since that could let a second request run while the
-// first still is; when the store is full of them, Begin fails with
-// [ErrStoreFull]. A response larger than MaxBytes is never stored
-// ([ErrTooLarge]).
+// per entry, see [MemoryStats]). It never forgets a key before its TTL:
+// that would let [Handler] run the key again. To make room it drops
+// expired entries first. When bytes run short it then drops the kept
+// responses, oldest first, keeping each key as a small tombstone that
+// answers Begin as completed without a response (Handler then answers a
+// retry 422 of type [TypeNotKept], never a second run). When every entry
+// is live (MaxEntries keys within their TTL, or bytes full of locks and
+// tombstones), Begin refuses a new key with [ErrStoreFull]: Handler
+// answers it 503 Service Unavailable with Retry-After, without running
+// the request. Size MaxEntries for the keys one TTL brings. A response
+// larger than MaxBytes is never stored ([ErrTooLarge]).
 //
 // Expired entries are removed as they are met and when room is needed;
 // no goroutine is started. The context arguments of its methods are not
@@ -57,6 +60,7 @@ type MemoryStore struct {
 	entries   map[string]*memEntry
 	pending   memList // in-flight locks, oldest first
 	done      memList // completed responses, oldest first
+	tombs     memList // completed keys whose response was dropped for room (or never kept)
 	bytes     int64
 	seq       uint64
 	evictions uint64
@@ -76,7 +80,7 @@ type MemoryStats struct {
 	// entries hold, checked to be within 25% of it in the tests.
 	Bytes int64
 	// Evictions counts completed responses dropped before they expired
-	// to make room for new entries.
+	// to make room for new entries. Their keys stay, as tombstones.
 	Evictions uint64
 }
 
@@ -171,7 +175,11 @@ func (s *MemoryStore) Complete(ctx context.Context, key, token string, resp *Sto
 	e.resp, e.expires, e.size = resp, now.Add(ttl), size
 	s.entries[key] = e
 	s.bytes += size
-	s.done.pushBack(e)
+	if resp == notKept {
+		s.tombs.pushBack(e)
+	} else {
+		s.done.pushBack(e)
+	}
 	return nil
 }
 
@@ -202,9 +210,11 @@ func (s *MemoryStore) Stats() MemoryStats {
 	}
 }
 
-// makeRoom removes entries until n more entries of size more bytes fit,
-// and reports whether they do: expired locks and responses first, then
-// completed responses oldest first. Locks that have not expired stay.
+// makeRoom makes room for n more entries of size more bytes, and
+// reports whether they fit: it removes expired entries, then, while
+// bytes are short, drops the responses of completed entries, oldest
+// first, keeping their keys as tombstones. No entry is removed before it
+// expires: a key forgotten within its TTL could run twice.
 func (s *MemoryStore) makeRoom(now time.Time, n int, size int64) bool {
 	fits := func() bool {
 		return len(s.entries)+n <= s.maxEntries && s.bytes+size <= s.maxBytes
@@ -212,18 +222,32 @@ func (s *MemoryStore) makeRoom(now time.Time, n int, size int64) bool {
 	if fits() {
 		return true
 	}
-	// Expired locks: the list is in lock order, which is expiry order
-	// when every lock has the same TTL; stop at the first live one.
-	for e := s.pending.head; e != nil && !now.Before(e.expires); e = s.pending.head {
-		s.remove(e)
+	// Each list is in the order of its entries' start, which is expiry
+	// order when every entry has the same TTL; stop at the first live one.
+	for _, l := range []*memList{&s.pending, &s.done, &s.tombs} {
+		for e := l.head; e != nil && !now.Before(e.expires); e = l.head {
+			s.remove(e)
+		}
+	}
+	if len(s.entries)+n > s.maxEntries {
+		return false // a tombstone is an entry too
 	}
 	for e := s.done.head; e != nil && !fits(); e = s.done.head {
-		if now.Before(e.expires) {
-			s.evictions++
-		}
-		s.remove(e)
+		s.evictions++
+		s.tombstone(e)
 	}
 	return fits()
+}
+
+// tombstone drops a completed entry's response and keeps its key, which
+// Begin then reports completed without a response.
+func (s *MemoryStore) tombstone(e *memEntry) {
+	s.remove(e)
+	e.resp = notKept
+	e.size = int64(entryOverhead + len(e.key) + len(e.fingerprint) + len(e.token))
+	s.entries[e.key] = e
+	s.bytes += e.size
+	s.tombs.pushBack(e)
 }
 
 func (s *MemoryStore) remove(e *memEntry) {

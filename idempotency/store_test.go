@@ -26,8 +26,11 @@ func check(t *testing.T, s *MemoryStore) {
 	defer s.mu.Unlock()
 	var bytes int64
 	n := 0
-	for _, l := range []*memList{&s.pending, &s.done} {
+	for _, l := range []*memList{&s.pending, &s.done, &s.tombs} {
 		for e := l.head; e != nil; e = e.next {
+			if (l == &s.tombs) != (e.resp == notKept) {
+				t.Errorf("entry %q with response %v listed in the wrong list", e.key, e.resp)
+			}
 			n++
 			bytes += e.size
 			if s.entries[e.key] != e {
@@ -166,25 +169,55 @@ func complete(t *testing.T, s *MemoryStore, key, body string) {
 	}
 }
 
-func TestMemoryStoreEvictsOldestFirst(t *testing.T) {
-	s := NewMemoryStore(MemoryStoreOptions{MaxEntries: 3})
-	complete(t, s, "a", "1")
-	complete(t, s, "b", "2")
-	complete(t, s, "c", "3")
-	complete(t, s, "d", "4") // evicts a
-	complete(t, s, "e", "5") // evicts b
+// A store with MaxEntries keys within their TTL refuses a new key rather
+// than forget one: a forgotten key would let Handler run it twice.
+func TestMemoryStoreFullRefusesNewKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemoryStore(MemoryStoreOptions{MaxEntries: 3})
+		complete(t, s, "a", "1")
+		complete(t, s, "b", "2")
+		complete(t, s, "c", "3")
+		if r, err := s.Begin(testCtx, "d", "fp", time.Minute); !errors.Is(err, ErrStoreFull) {
+			t.Errorf("Begin(d) on a full store = %v, %v; want ErrStoreFull", r.State, err)
+		}
+		for _, k := range []string{"a", "b", "c"} {
+			if r, err := s.Begin(testCtx, k, "fp", time.Minute); err != nil || r.State != Completed || r.Response == nil {
+				t.Errorf("Begin(%q) = %v, %v, %v; want completed with its response", k, r.State, r.Response, err)
+			}
+		}
+		if got := s.Stats(); got.Entries != 3 || got.Evictions != 0 {
+			t.Errorf("Stats = %+v, want 3 entries, 0 evictions", got)
+		}
+		// Once the keys expire (complete keeps them an hour), room is made.
+		time.Sleep(time.Hour)
+		if r, err := s.Begin(testCtx, "d", "fp", time.Minute); err != nil || r.State != Acquired {
+			t.Errorf("Begin(d) after the TTL = %v, %v; want Acquired", r.State, err)
+		}
+		check(t, s)
+	})
+}
+
+// When bytes run short, the oldest responses are dropped first, and their
+// keys stay as tombstones: completed, without a response.
+func TestMemoryStoreTombstonesOldestFirst(t *testing.T) {
+	body := string(make([]byte, 1000))
+	// Each response is counted 1,672 bytes, each tombstone or lock 180:
+	// three responses, a lock and two tombstones fit.
+	s := NewMemoryStore(MemoryStoreOptions{MaxBytes: 5600})
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		complete(t, s, k, body)
+	}
 	for _, tt := range []struct {
-		key  string
-		want State
-	}{{"c", Completed}, {"d", Completed}, {"e", Completed}, {"a", Acquired}} {
+		key      string
+		response bool
+	}{{"a", false}, {"b", false}, {"c", true}, {"d", true}, {"e", true}} {
 		r, err := s.Begin(testCtx, tt.key, "fp", time.Minute)
-		if err != nil || r.State != tt.want {
-			t.Errorf("Begin(%q) = %v, %v; want %v", tt.key, r.State, err, tt.want)
+		if err != nil || r.State != Completed || (r.Response != nil) != tt.response {
+			t.Errorf("Begin(%q) = %v, response %v, %v; want completed, response %v", tt.key, r.State, r.Response != nil, err, tt.response)
 		}
 	}
-	// Begin("a") evicted c to make room for its lock.
-	if got := s.Stats(); got.Entries != 3 || got.InFlight != 1 || got.Evictions != 3 {
-		t.Errorf("Stats = %+v, want 3 entries, 1 in flight, 3 evictions", got)
+	if got := s.Stats(); got.Entries != 5 || got.Evictions != 2 {
+		t.Errorf("Stats = %+v, want 5 entries, 2 evictions", got)
 	}
 	check(t, s)
 }
@@ -283,40 +316,52 @@ func TestMemoryStoreTooLarge(t *testing.T) {
 // varied size into a store bounded well below that, checking its limits
 // after every step and its accounting against its contents at the end.
 func TestMemoryStoreBounds(t *testing.T) {
-	const keys = 100_000
-	o := MemoryStoreOptions{MaxEntries: 5_000, MaxBytes: 1 << 20}
-	s := NewMemoryStore(o)
-	body := make([]byte, 2000)
-	for i := range keys {
-		key := "key-" + strconv.Itoa(i)
-		r, err := s.Begin(testCtx, key, "fp-"+key, time.Minute)
-		if err != nil || r.State != Acquired {
-			t.Fatalf("Begin(%q) = %+v, %v; want Acquired", key, r, err)
-		}
-		switch i % 10 {
-		case 0:
-			s.Release(testCtx, key, r.Token)
-		default:
-			n := (i * 7919) % len(body)
-			if err := s.Complete(testCtx, key, r.Token, &StoredResponse{Status: 200, Body: body[:n]}, time.Hour); err != nil {
-				t.Fatalf("Complete(%q) = %v", key, err)
+	synctest.Test(t, func(t *testing.T) {
+		const keys = 100_000
+		o := MemoryStoreOptions{MaxEntries: 5_000, MaxBytes: 1 << 20}
+		s := NewMemoryStore(o)
+		body := make([]byte, 2000)
+		for i := range keys {
+			// A key a 20 ms for a TTL of a minute: 3,000 keys live, whose
+			// responses do not all fit.
+			time.Sleep(20 * time.Millisecond)
+			key := "key-" + strconv.Itoa(i)
+			r, err := s.Begin(testCtx, key, "fp-"+key, time.Minute)
+			if err != nil || r.State != Acquired {
+				t.Fatalf("Begin(%q) = %+v, %v; want Acquired", key, r, err)
+			}
+			switch i % 10 {
+			case 0:
+				s.Release(testCtx, key, r.Token)
+			default:
+				n := (i * 7919) % len(body)
+				if err := s.Complete(testCtx, key, r.Token, &StoredResponse{Status: 200, Body: body[:n]}, time.Minute); err != nil {
+					t.Fatalf("Complete(%q) = %v", key, err)
+				}
+			}
+			if st := s.Stats(); st.Entries > o.MaxEntries || st.Bytes > o.MaxBytes {
+				t.Fatalf("after %d keys: %d entries, %d bytes; limits %d, %d", i+1, st.Entries, st.Bytes, o.MaxEntries, o.MaxBytes)
+			}
+			// No key is forgotten within its TTL: the one completed 59 s ago is there.
+			if j := i - 59_000/20; j >= 0 && j%10 != 0 {
+				old := "key-" + strconv.Itoa(j)
+				if r, _ := s.Begin(testCtx, old, "fp-"+old, time.Minute); r.State != Completed {
+					t.Fatalf("after %d keys, key %q: state %v, want completed", i+1, old, r.State)
+				}
 			}
 		}
-		if st := s.Stats(); st.Entries > o.MaxEntries || st.Bytes > o.MaxBytes {
-			t.Fatalf("after %d keys: %d entries, %d bytes; limits %d, %d", i+1, st.Entries, st.Bytes, o.MaxEntries, o.MaxBytes)
+		check(t, s)
+		st := s.Stats()
+		t.Logf("after %d keys: %+v", keys, st)
+		if st.Evictions < keys/2 {
+			t.Errorf("evictions = %d, want most of the %d responses dropped", st.Evictions, keys)
 		}
-	}
-	check(t, s)
-	st := s.Stats()
-	t.Logf("after %d keys: %+v", keys, st)
-	if st.Evictions < keys/2 {
-		t.Errorf("evictions = %d, want most of the %d keys evicted", st.Evictions, keys)
-	}
-	// The newest responses are still there.
-	last := "key-" + strconv.Itoa(keys-1)
-	if r, _ := s.Begin(testCtx, last, "fp-"+last, time.Minute); r.State != Completed {
-		t.Errorf("newest key state = %v, want completed", r.State)
-	}
+		// The newest responses are still there.
+		last := "key-" + strconv.Itoa(keys-1)
+		if r, _ := s.Begin(testCtx, last, "fp-"+last, time.Minute); r.State != Completed || r.Response == nil {
+			t.Errorf("newest key state = %v, response %v; want completed with its response", r.State, r.Response != nil)
+		}
+	})
 }
 
 // TestMemoryStoreHeap checks that the store's byte accounting is honest:

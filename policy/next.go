@@ -30,7 +30,8 @@ const (
 	ReasonNotSafe Reason = "not safe to resend"
 	// ReasonAttemptsUsed: MaxAttempts attempts were made.
 	ReasonAttemptsUsed Reason = "attempts used"
-	// ReasonBodyNotReplayable: the body was too long to keep for replay.
+	// ReasonBodyNotReplayable: the body was too long to keep for replay,
+	// or GetBody failed to give it again.
 	ReasonBodyNotReplayable Reason = "body not replayable"
 	// ReasonRetryAfterTooLong: the server asked for a wait longer than
 	// MaxRetryAfter.

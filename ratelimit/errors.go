@@ -17,10 +17,12 @@ var ErrQuotaExhausted = errors.New("ratelimit: quota exhausted")
 type QuotaError struct {
 	// Key is the quota key of the request, by default "scheme://host".
 	Key string
-	// Reset is when the quota is expected to have room again.
+	// Reset is when the quota is expected to have room again; for a
+	// server's pause ([ReasonRetryAfter]), when the host resumes, which
+	// is the end of its Hold when it has one.
 	Reset time.Time
 	// Wait is how long the request would have had to wait, from the
-	// moment it was rejected.
+	// moment it was rejected, until Reset.
 	Wait time.Duration
 	// Reason says what the wait was for: one of the Reason constants
 	// ([ReasonQuota], [ReasonRetryAfter], ...).

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -928,4 +929,42 @@ func TestQuotaErrorMessageSaysWhatHolds(t *testing.T) {
 			t.Errorf("Error() = %q, want %q", got, tc.want)
 		}
 	}
+}
+
+// A server that asks for a year's pause holds its host for MaxPause: the
+// error of a request refused meanwhile names the real resume time (the
+// hold's end, in Reset and Wait and its message), beside what the server
+// asked; a request after the hold goes.
+func TestQuotaErrorNamesTheHoldsEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{MaxPause: time.Minute})
+		r := newReq(t, nil, "https://api.example.com/")
+		res, err := tr.Reserve(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp := &http.Response{StatusCode: 503, Header: hdr("Retry-After", "31536000"), Request: r}
+		res.Settle(resp)
+		start := time.Now()
+		time.Sleep(10 * time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = tr.Reserve(newReq(t, ctx, "https://api.example.com/"))
+		var qe *QuotaError
+		if !errors.As(err, &qe) {
+			t.Fatalf("Reserve during the hold = %v, want a *QuotaError", err)
+		}
+		if want := start.Add(time.Minute); !qe.Reset.Equal(want) || qe.Wait != 50*time.Second || qe.Hold != time.Minute {
+			t.Errorf("QuotaError Reset %v, Wait %v, Hold %v; want Reset %v (the hold's end), Wait 50s, Hold 1m", qe.Reset.Sub(start), qe.Wait, qe.Hold, want.Sub(start))
+		}
+		if want := "for 8760h0m0s; holding 1m0s (resumes in 50s)"; !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %q, want it to say %q", err, want)
+		}
+		time.Sleep(50 * time.Second)
+		res, err = tr.Reserve(newReq(t, nil, "https://api.example.com/"))
+		if err != nil {
+			t.Errorf("Reserve after the hold = %v, want nil", err)
+		}
+		res.Cancel()
+	})
 }

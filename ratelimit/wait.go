@@ -154,13 +154,17 @@ func (w *waiter) clientPlace(res *Reservation) error {
 }
 
 // refusal is the error of a request that v holds at now past its
-// budget: held until v.asked when the server asked for longer than
-// MaxPause, else until v.until.
+// budget. When the server asked for longer than MaxPause, Hold says so;
+// a pause then resumes at its hold's end, v.until (what the server asked
+// is in RetryAfter), and a quota resets at v.asked, the server's word.
 func (w *waiter) refusal(now time.Time, v verdict) *QuotaError {
 	end := v.until
 	err := &QuotaError{Key: w.k.String(), Reason: v.reason}
 	if !v.asked.IsZero() && v.asked.After(v.until) {
-		end, err.Hold = v.asked, w.st.maxPause
+		err.Hold = w.st.maxPause
+		if v.reason != ReasonRetryAfter {
+			end = v.asked
+		}
 	}
 	err.Reset, err.Wait = end, end.Sub(now)
 	if v.reason == ReasonRetryAfter {

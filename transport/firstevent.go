@@ -34,7 +34,11 @@ const aheadChunk = 4 << 10
 //     ([policy.StreamErrorStatus]). The attempt's response carries that
 //     status, and Retry and Hedge try again under their usual rules. A
 //     request not safe to send twice goes again only after a rate limit.
-//   - An end before any content event is judged as a 502.
+//   - An end after the stream opened (a comment, a ping, a preamble, an
+//     SSE event cut before its blank line) and before any content event
+//     is judged as a 502. An NDJSON record at the end needs no final
+//     newline. A stream with no event at all (empty, or blank lines only)
+//     is a complete, empty answer, handed back as a success.
 //   - A stall past timeout is a [*ResponseBodyError] wrapping a
 //     [*DeadlineError] named "FirstEventTimeout". The connection is
 //     closed.
@@ -121,8 +125,9 @@ func (t *firstEvent) RoundTrip(req *http.Request) (*http.Response, error) {
 // event ended, for [Hooks].OnStreamCommit.
 type StreamEvent struct {
 	Request *http.Request // the attempt's request
-	// Committed reports that a content event came: the stream was
-	// handed back, and nothing of it is sent again.
+	// Committed reports that a content event came, or that the stream
+	// ended complete and empty: the stream was handed back, and nothing
+	// of it is sent again.
 	Committed bool
 	// Status is the response's status: the stream's own when committed,
 	// else the status an error event or an early end stands for.
@@ -211,9 +216,26 @@ func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f l
 			}
 			break
 		}
-		switch {
-		case rerr == io.EOF && c.judge:
+		if rerr == io.EOF && c.judge {
+			// The end of the stream: an NDJSON record at EOF needs no
+			// line end; a stream that carried nothing at all is a
+			// complete empty result, handed back as a success; one that
+			// opened and ended before its content is a failed attempt.
+			if ev, ok := sc.Finish(a.buf); ok {
+				v := c.s.Judge(ev.Name, ev.Data)
+				switch {
+				case v.Kind == policy.EventContent || v.Final:
+					return a.commit(resp), nil
+				case v.Kind == policy.EventError:
+					return a.fail(req, resp, v.Status, "stream error event "+v.Type), nil
+				}
+			}
+			if sc.Blank() {
+				return a.commit(resp), nil
+			}
 			return a.fail(req, resp, http.StatusBadGateway, "stream ended before its first event"), nil
+		}
+		switch {
 		case rerr == io.EOF, len(a.buf) >= maxAhead:
 			return a.commit(resp), nil
 		case rerr != nil:
@@ -266,6 +288,12 @@ const (
 // failed; once one is committed it stays off.
 func holdDeadline(ctx context.Context) *boundCtx {
 	c, ok := ctx.Value(boundCtxKey{}).(*boundCtx)
+	// A bound with no deadline of its own between (a hedge copy's, which
+	// only cancels the copy) is looked through: the Timeout bound is above
+	// it.
+	for ok && c.b.mode != boundOperation && c.b.d == 0 {
+		c, ok = c.parent.Value(boundCtxKey{}).(*boundCtx)
+	}
 	if !ok || c.b.mode != boundOperation {
 		return nil
 	}

@@ -255,6 +255,7 @@ func TestFirstEventChain(t *testing.T) {
 		{"Retry, foreign, FirstEvent", []Middleware{Retry(retry), foreignMW, FirstEvent(0, policy.Stream{})}},
 		{"foreign, Retry, foreign, FirstEvent, foreign", []Middleware{foreignMW, Retry(retry), foreignMW, FirstEvent(0, policy.Stream{}), foreignMW}},
 		{"Retry, Hedge, FirstEvent", []Middleware{Retry(retry), Hedge(policy.Hedge{Delay: time.Minute}), FirstEvent(0, policy.Stream{})}},
+		{"Retry, foreign, Hedge, foreign, FirstEvent", []Middleware{Retry(retry), foreignMW, Hedge(policy.Hedge{Delay: time.Minute}), foreignMW, FirstEvent(0, policy.Stream{})}},
 	}
 	scripts := []struct {
 		name     string

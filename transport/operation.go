@@ -216,6 +216,19 @@ func record(rec **opRecord, req *http.Request, s *stack) *http.Request {
 	return (*rec).base
 }
 
+// recordRef carries an opRecord made for another context.
+type recordRef struct {
+	context.Context
+	rec *opRecord
+}
+
+func (c *recordRef) Value(key any) any {
+	if _, ok := key.(opRecordKey); ok {
+		return c.rec
+	}
+	return c.Context.Value(key)
+}
+
 // opRecordOf returns the record in ctx, nil when there is none.
 func opRecordOf(ctx context.Context) *opRecord {
 	rec, _ := ctx.Value(opRecordKey{}).(*opRecord)

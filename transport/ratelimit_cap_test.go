@@ -56,7 +56,7 @@ func TestRateLimitAwareYearLongRetryAfterHeldForTheCap(t *testing.T) {
 				if !errors.As(err, &qe) {
 					t.Fatalf("GET during the hold: err = %v, want a *ratelimit.QuotaError", err)
 				}
-				want := "paused by the server's Retry-After on a 503 for 8760h0m0s; holding " + tc.hold.String()
+				want := "paused by the server's Retry-After on a 503 for 8760h0m0s; holding " + tc.hold.String() + " (resumes in 1ms)"
 				if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "quota exhausted") {
 					t.Errorf("err = %q, want it to say %q and not that a quota is exhausted", err, want)
 				}

@@ -226,14 +226,19 @@ func (r *teeReader) Read(p []byte) (int, error) {
 	if n, err, done := r.fromKept(p); done { // another reader pulled meanwhile
 		return n, err
 	}
-	n, err := t.src.Read(p)
-	if n > 0 && err == nil && t.declared > 0 && t.n+int64(n) == t.declared {
-		// The last declared byte: a body longer than it declares must
-		// fail before that byte is sent, so that the server never gets a
-		// complete request the caller did not mean.
-		if err = t.checkEnd(); err != nil && err != io.EOF {
-			n = 0
+	var n int
+	var err error
+	if t.declared > 0 && r.pos >= t.declared {
+		// Every declared byte is read (and handed on: none is held back
+		// to look for one more, since the caller's body may end only
+		// once the response is in). Past them, as net/http does, the
+		// body must end: more is an error.
+		err = t.checkEnd()
+	} else {
+		if t.declared > 0 {
+			p = p[:min(int64(len(p)), t.declared-r.pos)] // no read runs past the declared end
 		}
+		n, err = t.src.Read(p)
 	}
 	t.mu.Lock()
 	if n > 0 {
@@ -252,8 +257,9 @@ func (r *teeReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// checkEnd reads past the declared end of the body: io.EOF when it ends
-// there, an error when it has more.
+// checkEnd reads past the declared end of the body, once every declared
+// byte has been handed on: io.EOF when it ends there, an error when it
+// has more.
 func (t *tee) checkEnd() error {
 	var one [1]byte
 	for range 100 { // as io.ReadFull gives up on a reader stuck at 0, nil

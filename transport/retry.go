@@ -433,9 +433,16 @@ func (t *retrier) end(rec *opRecord, req *http.Request, n int, waited time.Durat
 	}
 	ok := resp != nil && resp.StatusCode < 400 // as judged: a stream that failed before its first event is not
 	resp, err = t.giveUp(req, n, resp, err, step)
-	if resp != nil && resp.Request != nil && rec == nil {
+	switch {
+	case resp == nil || resp.Request == nil:
+	case rec == nil:
 		// The first attempt's response: its request gets the record.
 		resp.Request = record(&rec, resp.Request, nil)
+	case opRecordOf(resp.Request.Context()) != rec:
+		// A response of an attempt made before the record was (the
+		// operation ended as the retry's body was made): its request
+		// carries the record too, so that OperationOf finds it.
+		resp.Request = resp.Request.WithContext(&recordRef{Context: resp.Request.Context(), rec: rec})
 	}
 	if rec != nil {
 		rec.attempts, rec.reason, rec.waited = n, step.Reason, waited

@@ -45,7 +45,12 @@ type EventScanner struct {
 	first   []byte // its data when it is one line (aliases the caller's bytes)
 	lines   int    // data lines of the event being read
 	crAtEnd bool   // the last line ended with CR at the end of the bytes: skip an LF that follows
+	begun   bool   // the start of an SSE stream has been looked at for a byte-order mark
+	text    bool   // a line that is not blank has been scanned
 }
+
+// bom is the UTF-8 byte-order mark, which an SSE stream may start with.
+const bom = "\xef\xbb\xbf"
 
 // Next returns the next complete event in buf[:len(buf)], which must
 // begin with the bytes of every earlier call. It reports false when buf
@@ -53,6 +58,17 @@ type EventScanner struct {
 // not an event (the SSE rules dispatch nothing for it); nor is an empty
 // NDJSON line.
 func (s *EventScanner) Next(buf []byte) (Event, bool) {
+	if !s.begun && s.Format == SSE {
+		// The SSE rules strip one byte-order mark at the stream's start.
+		n := min(len(buf), len(bom))
+		if string(buf[:n]) == bom[:n] && n < len(bom) {
+			return Event{}, false // maybe a mark: wait for its rest
+		}
+		s.begun = true
+		if n == len(bom) && string(buf[:n]) == bom {
+			s.off = len(bom)
+		}
+	}
 	for {
 		if s.crAtEnd && s.off < len(buf) {
 			s.crAtEnd = false
@@ -74,6 +90,35 @@ func (s *EventScanner) Next(buf []byte) (Event, bool) {
 	}
 }
 
+// Finish returns the event that the end of the stream completes, once
+// Next has returned every complete event of buf, the stream's every
+// byte. An NDJSON stream's last line needs no line end (JSON Lines
+// allows it to lack one); an SSE event without its blank line is
+// incomplete, and dispatched by nothing (the SSE rules discard it).
+func (s *EventScanner) Finish(buf []byte) (Event, bool) {
+	if s.off > len(buf) {
+		return Event{}, false
+	}
+	rest := buf[s.off:]
+	s.off = len(buf)
+	if s.Format == NDJSON {
+		if l := trimSpaceBytes(rest); len(l) > 0 {
+			s.text = true
+			return Event{Data: l}, true
+		}
+		return Event{}, false
+	}
+	if len(rest) > 0 {
+		s.text = true
+	}
+	return Event{}, false
+}
+
+// Blank reports whether every line scanned so far was blank: after
+// [EventScanner.Finish], that the stream carried nothing at all, neither
+// an event nor a comment nor a part of one.
+func (s *EventScanner) Blank() bool { return !s.text }
+
 // Buffered returns how many bytes of the caller's slice have been
 // scanned into complete lines.
 func (s *EventScanner) Buffered() int { return s.off }
@@ -86,6 +131,7 @@ func (s *EventScanner) line(l []byte) (Event, bool) {
 		if len(l) == 0 {
 			return Event{}, false
 		}
+		s.text = true
 		return Event{Data: l}, true
 	}
 	if len(l) == 0 { // a blank line ends the event
@@ -102,6 +148,7 @@ func (s *EventScanner) line(l []byte) (Event, bool) {
 		s.data = s.data[:0]
 		return ev, n > 0
 	}
+	s.text = true
 	if l[0] == ':' {
 		return Event{Comment: true}, true
 	}

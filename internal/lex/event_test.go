@@ -78,3 +78,67 @@ func FuzzEventScanner(f *testing.F) {
 		}
 	})
 }
+
+// At the end of a stream, an NDJSON line without its line end is a
+// complete record; an SSE event without its blank line is not. Blank
+// tells a stream that carried nothing from one that carried something.
+// An SSE stream may start with one byte-order mark.
+func TestEventScannerFinish(t *testing.T) {
+	tests := []struct {
+		name      string
+		f         EventFormat
+		in        string
+		want      []string // events from Next, then from Finish
+		wantBlank bool
+	}{
+		{"NDJSON, a last line without its newline", NDJSON, `{"a":1}` + "\n" + `{"b":2}`, []string{`|{"a":1}`, `|{"b":2}`}, false},
+		{"NDJSON, one line without its newline", NDJSON, `{"a":1}`, []string{`|{"a":1}`}, false},
+		{"NDJSON, a last line and blanks", NDJSON, "{\"a\":1} \t", []string{`|{"a":1}`}, false},
+		{"NDJSON, a last line after CR", NDJSON, "{\"a\":1}\r", []string{`|{"a":1}`}, false},
+		{"NDJSON, empty", NDJSON, "", nil, true},
+		{"NDJSON, blank lines", NDJSON, "\n \r\n\t\n", nil, true},
+		{"SSE, an event without its blank line", SSE, "data: 1\n", nil, false},
+		{"SSE, a field without its line end", SSE, "data: 1", nil, false},
+		{"SSE, empty", SSE, "", nil, true},
+		{"SSE, blank lines", SSE, "\n\r\n", nil, true},
+		{"SSE, a comment", SSE, ": hi\n\n", []string{"comment"}, false},
+		{"SSE, a byte-order mark", SSE, "\ufeffevent: a\ndata: 1\n\n", []string{"a|1"}, false},
+		{"SSE, a byte-order mark alone", SSE, "\ufeff", nil, true},
+		{"SSE, part of a byte-order mark", SSE, "\xef\xbb", nil, false},
+		{"SSE, two byte-order marks: the second is no field", SSE, "\ufeff\ufeffdata: 1\n\n", []string{"other"}, false},
+		{"NDJSON keeps a byte-order mark", NDJSON, "\ufeff{}\n", []string{"|\ufeff{}"}, false},
+	}
+	for _, tt := range tests {
+		for _, chunk := range []int{1, 2, 3, 1 << 10} {
+			s := EventScanner{Format: tt.f}
+			var got []string
+			var buf []byte
+			add := func(ev Event) {
+				switch {
+				case ev.Comment:
+					got = append(got, "comment")
+				case ev.Other:
+					got = append(got, "other")
+				default:
+					got = append(got, fmt.Sprintf("%s|%s", ev.Name, ev.Data))
+				}
+			}
+			for i := 0; i < len(tt.in); i += chunk {
+				buf = append(buf, tt.in[i:min(i+chunk, len(tt.in))]...)
+				for {
+					ev, ok := s.Next(buf)
+					if !ok {
+						break
+					}
+					add(ev)
+				}
+			}
+			if ev, ok := s.Finish(buf); ok {
+				add(ev)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) || s.Blank() != tt.wantBlank {
+				t.Errorf("%s, read %d bytes at a time: got %q, blank %v; want %q, blank %v", tt.name, chunk, got, s.Blank(), tt.want, tt.wantBlank)
+			}
+		}
+	}
+}
