@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/sturdyhttp/sturdy/policy"
 )
 
 // Defaults of [Options], used where a field is zero.
@@ -12,7 +14,7 @@ const (
 	DefaultMaxWait     = 60 * time.Second
 	DefaultMaxHosts    = 4096
 	DefaultReleaseRate = rate.Limit(20) // per second, when the quota says nothing better
-	DefaultMaxPause    = time.Minute
+	DefaultMaxPause    = policy.DefaultMaxHold
 )
 
 // Options configures a [Tracker]. The zero value is ready to use: it

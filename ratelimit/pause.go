@@ -1,6 +1,10 @@
 package ratelimit
 
-import "time"
+import (
+	"time"
+
+	"github.com/sturdyhttp/sturdy/policy"
+)
 
 // This file holds the pause rule: a host's pause (setPause), what asked
 // for it (pauseCause), the pause after a 429 that named no wait
@@ -111,8 +115,8 @@ func (h *hostState) setPause(now, until time.Time, status int, asked bool) {
 	if asked {
 		c.retryAfter = until.Sub(now)
 	}
-	if capped := now.Add(h.maxPause); until.After(capped) {
-		c.asked, until = until, capped
+	if held := holdUntil(now, until, h.maxPause); until.After(held) {
+		c.asked, until = until, held
 	}
 	if until.After(h.pause) {
 		h.pause, h.cause = until, c
@@ -121,4 +125,11 @@ func (h *hostState) setPause(now, until time.Time, status int, asked bool) {
 	}
 	h.thr.pace.restart(h.pause)
 	h.thr.resumed = h.pause
+}
+
+// holdUntil returns until when an ask that ends at until holds its host
+// at now: the one rule for a server-asked wait, policy.ServerWait, with
+// maxPause (Options.MaxPause, resolved) as its MaxHold.
+func holdUntil(now, until time.Time, maxPause time.Duration) time.Time {
+	return now.Add(policy.ServerWait{MaxHold: maxPause}.Hold(until.Sub(now)))
 }

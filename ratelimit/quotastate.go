@@ -105,7 +105,7 @@ const probeRefusals = 3
 // of max. It returns the zero time when such a hold is over: the request
 // then goes to ask the server, and, with probe, a new hold starts now.
 func (q *quotaState) holdEnd(now time.Time, max time.Duration, probe bool) time.Time {
-	if q.reset.Sub(now) <= max {
+	if !q.reset.After(holdUntil(now, q.reset, max)) {
 		return q.reset
 	}
 	if q.holdFrom.IsZero() || q.holdFrom.After(now) {

@@ -144,8 +144,8 @@ func (res *Reservation) Settle(resp *http.Response) {
 	v, until := responseVerdict(status, h, qs, now, res.t.o.Reserve >= 0)
 	if s := res.t.o.Store; s != nil {
 		shared := until
-		if capped := now.Add(res.t.o.maxPause()); shared.After(capped) {
-			shared = capped // the fleet holds no longer than MaxPause either
+		if held := holdUntil(now, until, res.t.o.maxPause()); shared.After(held) {
+			shared = held // the fleet holds no longer than MaxPause either
 		}
 		fleetSettle(s, res.key.String(), qs, v, shared, now, res.t.o.Reserve)
 	}
