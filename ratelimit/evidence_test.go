@@ -406,8 +406,15 @@ func TestRefusalCountingLimiterHeldAtFirstBurst(t *testing.T) {
 		for range 100 { // the first burst, nothing known
 			send(200)
 		}
+		first := time.Now()
 		send(429) // the first 429: a pause
+		time.Sleep(throttlePause)
 		send(429) // let through after it, refused: the limiter counts refusals
+		// Its window counts a second: the host is held until a second
+		// after the first 429, not for pauses that double past it.
+		if end, _ := tr.Paused(newReq(t, nil, u), time.Now()); !end.Equal(first.Add(time.Second)) {
+			t.Errorf("held until %v after the first 429, want 1s", end.Sub(first))
+		}
 		time.Sleep(2 * time.Second)
 		start := time.Now()
 		for range 96 {
@@ -420,6 +427,40 @@ func TestRefusalCountingLimiterHeldAtFirstBurst(t *testing.T) {
 		send(429)
 		if _, p := tr.Paused(newReq(t, nil, u), time.Now()); !p {
 			t.Error("a 429 from a limiter that counts its refusals: not paused, want the host paused")
+		}
+	})
+}
+
+// A first burst smaller than DefaultReleaseRate is a bucket's burst
+// (nginx's burst of 5), not a second's count: a refusal after the first
+// pause doubles the pause as before and holds no rate at that burst.
+func TestSmallFirstBurstNotHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		u := "https://api.example.com/v1/items"
+		send := func(status int) {
+			t.Helper()
+			res, err := tr.Reserve(newReq(t, nil, u))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Settle(&http.Response{StatusCode: status, Header: http.Header{}})
+		}
+		for range 6 {
+			send(200)
+		}
+		send(429)
+		time.Sleep(throttlePause)
+		send(429)
+		time.Sleep(2 * time.Second)
+		start := time.Now()
+		for range 40 {
+			send(200)
+		}
+		// The guess (20/s, growing by one a success), not 5.3/s: 40
+		// requests take under 1.5 s, not over 7.
+		if d := time.Since(start); d > 1500*time.Millisecond {
+			t.Errorf("40 requests took %v, want under 1.5s (no hold at a bucket's burst)", d)
 		}
 	})
 }

@@ -329,10 +329,17 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 			// above its rate, refused, would keep its window full.
 			// What it accepted before its first 429 is its rate.
 			h.bare.wait = min(2*h.bare.wait, maxOwnWait)
-			h.setPause(now, now.Add(h.bare.wait), status, false)
+			end := now.Add(h.bare.wait)
+			if h.countsRefusals.IsZero() && h.thr.holdBurst(now) {
+				// Its window counts a second: it holds the first
+				// burst's refusals until a second after they began.
+				// A refusal after that pauses a quarter second again.
+				end = later(now.Add(throttlePause), h.bare.from.Add(burstSpan))
+				h.bare.wait = throttlePause / 2
+			}
+			h.setPause(now, end, status, false)
 			h.bare.end = h.pause
 			h.countsRefusals = now
-			h.thr.holdBurst(now)
 			h.held++
 			break
 		}
@@ -348,7 +355,7 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 		}
 		if h.thr.tooMany(now, sent, false) {
 			h.setPause(now, now.Add(throttlePause), status, false)
-			h.bare = barePause{end: h.pause, wait: throttlePause}
+			h.bare = barePause{end: h.pause, wait: throttlePause, from: now}
 			h.held++
 		}
 	default:

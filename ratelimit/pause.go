@@ -89,6 +89,7 @@ type barePause struct {
 	end  time.Time     // its end
 	wait time.Duration // its length
 	ok   bool          // a request let through after it succeeded
+	from time.Time     // when the first 429 of its run came
 }
 
 // excessOnly reports whether the host has shown, within throttleForget,

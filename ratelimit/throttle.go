@@ -234,15 +234,18 @@ func (t *throttle) adopt(now time.Time, r float64) {
 
 // holdBurst holds the rate just under the first burst's successes, a
 // measure of a limiter that counts a second (and the requests it
-// refuses), when there was one.
-func (t *throttle) holdBurst(now time.Time) {
-	if t.burst <= 0 || t.measured() {
-		return
+// refuses), and reports whether it did: only when the burst was at least
+// DefaultReleaseRate, the guess it replaces (a burst smaller than that
+// is a bucket's, not a second's count).
+func (t *throttle) holdBurst(now time.Time) bool {
+	if t.burst < int(DefaultReleaseRate) || t.measured() {
+		return false
 	}
-	// A count of a second is of whole requests: a pace half a request under
-	// it keeps the count under the limit whatever the jitter.
+	// A count of a second is of whole requests: a pace half a request
+	// under it keeps the count under the limit whatever the jitter.
 	t.plateau = max(float64(t.burst)*throttleBelow-0.5, minThrottleRate)
 	t.hold(now)
+	return true
 }
 
 // hold holds the rate at its plateau from now.
