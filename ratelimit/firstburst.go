@@ -2,7 +2,7 @@ package ratelimit
 
 import (
 	"hash/maphash"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,38 +22,64 @@ const burstSlots = 16
 // go-chi/httprate).
 const burstSpan = time.Second
 
-var burstSeed = maphash.MakeSeed()
+// burstCountBits is how many low bits of a slot hold its count; the
+// others hold when its span began, in milliseconds since burstEpoch.
+const burstCountBits = 24
+
+var (
+	burstSeed  = maphash.MakeSeed()
+	burstEpoch = time.Now()
+)
 
 // firstBursts counts the successes of hosts without state, a span at a
-// time in each slot.
+// time in each slot. A slot is one word (the span's start and its
+// count), changed by compare-and-swap: a success costs no lock.
 type firstBursts [burstSlots]struct {
-	mu   sync.Mutex
-	from time.Time // when the slot's count began
-	n    int
-	_    [24]byte // a cache line each: the slots are written concurrently
+	v atomic.Uint64
+	_ [56]byte // a cache line each: the slots are written concurrently
 }
 
-// add counts a success of host at now.
-func (b *firstBursts) add(host string, now time.Time) {
+// burstMillis returns now in milliseconds since burstEpoch.
+func burstMillis(now time.Time) uint64 { return uint64(max(now.Sub(burstEpoch).Milliseconds(), 0)) }
+
+// burstEvery is how many successes are counted between two looks at
+// the clock: a success costs no clock reading but every burstEvery-th.
+// A span is thus known to within that many successes.
+const burstEvery = 16
+
+// add counts a success of host.
+func (b *firstBursts) add(host string) {
 	s := &b[maphash.String(burstSeed, host)%burstSlots]
-	s.mu.Lock()
-	if now.Sub(s.from) > burstSpan {
-		s.from, s.n = now, 0
+	for {
+		v := s.v.Load()
+		n := v & (1<<burstCountBits - 1)
+		if v != 0 && n%burstEvery != 0 && n < 1<<burstCountBits-1 {
+			if s.v.CompareAndSwap(v, v+1) {
+				return
+			}
+			continue
+		}
+		ms := burstMillis(time.Now())
+		nv := ms<<burstCountBits | 1 // a new span, begun by this success
+		if from := v >> burstCountBits; v != 0 && int64(ms)-int64(from) <= burstSpan.Milliseconds() {
+			if n == 1<<burstCountBits-1 {
+				return // full
+			}
+			nv = v + 1
+		}
+		if s.v.CompareAndSwap(v, nv) {
+			return
+		}
 	}
-	s.n++
-	s.mu.Unlock()
 }
 
 // count returns the successes of host counted within the last span at
 // now, and empties its slot: the host has state from now on.
 func (b *firstBursts) count(host string, now time.Time) int {
 	s := &b[maphash.String(burstSeed, host)%burstSlots]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := s.n
-	if now.Sub(s.from) > burstSpan {
-		n = 0
+	v := s.v.Swap(0)
+	if v == 0 || int64(burstMillis(now))-int64(v>>burstCountBits) > burstSpan.Milliseconds() {
+		return 0
 	}
-	s.from, s.n = time.Time{}, 0
-	return n
+	return int(v & (1<<burstCountBits - 1))
 }

@@ -134,7 +134,7 @@ func (res *Reservation) Settle(resp *http.Response) {
 		if st != nil {
 			st.settle(time.Now(), res.at, res.route, nil, status, VerdictNone, time.Time{})
 		} else if status < 400 {
-			res.t.burst.add(res.burstName(), time.Now()) // the first burst, before any state
+			res.t.burst.add(res.burstName()) // the first burst, before any state
 		}
 		return // the common case: nothing to learn
 	}
