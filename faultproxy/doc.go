@@ -30,6 +30,12 @@
 // takes the host down (the proxy disabled, or the upstream killed) and
 // checks that the breaker opens within a second.
 //
+// TestFaultProxyPerAddress serves one host name from three toxiproxy
+// proxies on 127.0.0.1, 127.0.0.2 and 127.0.0.3 (one port), one of which
+// hangs or refuses every connection: sturdy with Endpoints.PerAddress
+// must eject it within a second and fail at most 0.5% of operations,
+// beside sturdy without it and plain net/http dialing the three in turn.
+//
 // The tests are named TestFaultProxy..., so that
 //
 //	go test -run TestFaultProxy ./...

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/sturdyhttp/sturdy/fleet"
 	"github.com/sturdyhttp/sturdy/fleet/internal/redisproc"
+	"github.com/sturdyhttp/sturdy/idempotency"
+	"github.com/sturdyhttp/sturdy/policy"
 	"github.com/sturdyhttp/sturdy/ratelimit"
 	"github.com/sturdyhttp/sturdy/transport"
 )
@@ -198,4 +201,103 @@ func BenchmarkQuotaPath(b *testing.B) {
 			run(b, callers, limited(1))
 		})
 	}
+}
+
+// BenchmarkIdempotencyReplicas measures what waiting for a replica costs
+// a keyed request: Begin and Complete of a new key on a primary with one
+// replica on loopback TCP, with Replicas 0 (no WAIT) and 1 (WAIT 1,
+// pipelined after each script), one caller at a time and 16 at once.
+//
+//	cd fleet && go test -run '^$' -bench IdempotencyReplicas -benchtime 2000x -count 3
+func BenchmarkIdempotencyReplicas(b *testing.B) {
+	primary := redisproc.StartTCPT(b)
+	host, port, _ := net.SplitHostPort(primary.Addr)
+	replica := redisproc.StartTCPT(b, "--replicaof", host, port)
+	rc := newClientURLTB(b, replica.URL())
+	for start := time.Now(); !strings.Contains(infoOf(rc), "master_link_status:up"); time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			b.Fatal("the replica did not sync within 10s")
+		}
+	}
+	for _, replicas := range []int{0, 1} {
+		for _, callers := range []int{1, 16} {
+			b.Run(fmt.Sprintf("replicas=%d/callers=%d", replicas, callers), func(b *testing.B) {
+				c := newClientURLTB(b, primary.URL())
+				store := fleet.NewIdempotencyStore(c, fleet.IdempotencyOptions{Replicas: replicas})
+				resp := &idempotency.StoredResponse{Status: 200, Body: []byte(`{"id":"ch_1"}`)}
+				var n atomic.Int64
+				lat := make([]time.Duration, b.N)
+				run := time.Now().UnixNano() // b.N grows over runs: new keys each
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for range callers {
+					wg.Go(func() {
+						for i := n.Add(1) - 1; i < int64(b.N); i = n.Add(1) - 1 {
+							start := time.Now()
+							key := fmt.Sprintf("k%d-%d", run, i)
+							res, err := store.Begin(context.Background(), key, "fp", time.Minute)
+							if err != nil || res.State != idempotency.Acquired {
+								b.Errorf("Begin: %v, %v", res.State, err)
+								return
+							}
+							if err := store.Complete(context.Background(), key, res.Token, resp, time.Minute); err != nil {
+								b.Errorf("Complete: %v", err)
+								return
+							}
+							lat[i] = time.Since(start)
+						}
+					})
+				}
+				wg.Wait()
+				b.StopTimer()
+				slices.Sort(lat)
+				b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+			})
+		}
+	}
+}
+
+func newClientURLTB(b testing.TB, url string) rueidis.Client {
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opt.DisableCache = true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	return c
+}
+
+func infoOf(c rueidis.Client) string {
+	s, _ := c.Do(context.Background(), c.B().Info().Section("replication").Build()).ToString()
+	return s
+}
+
+// BenchmarkBudgetBusy measures the Redis round trips per operation of a
+// busy process whose host fails everything, with the fleet's budget: an
+// in-memory base answers 503, 64 callers send operations that retry up
+// to 3 times, their backoff 1ms.
+//
+//	cd fleet && go test -run '^$' -bench BudgetBusy -benchtime 20000x -count 3
+func BenchmarkBudgetBusy(b *testing.B) {
+	srv := redisproc.StartT(b)
+	f, err := fleet.New(newCountingClient(b, srv), fleet.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	unavailable := transport.Func(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 503, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+	})
+	rt := transport.New(transport.Options{
+		Base: unavailable,
+		Retry: policy.Retry{MaxAttempts: 4, Backoff: policy.Exponential(time.Millisecond, time.Millisecond),
+			Budget: &policy.Budget{Store: f.Budgets()}},
+		Disable: transport.LayerBreaker,
+	})
+	run(b, 64, rt)
 }

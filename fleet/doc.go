@@ -3,9 +3,12 @@
 // ([Fleet.Breakers]), so that when one process sees a host down the others
 // fail fast too; a rate the whole fleet may send to a host at, and the
 // pauses servers ask for ([Fleet.Quotas]), so that a 429 seen by one
-// process holds back all of them; and the idempotency keys of [idempotency.Handler]
-// ([IdempotencyStore]), so that a retry landing on another server is still
-// deduplicated.
+// process holds back all of them; one retry budget per host for every
+// process ([Fleet.Budgets]), so that a fleet adds no more retries to a
+// failing host than one process's budget allows; and the idempotency keys
+// of [idempotency.Handler] ([IdempotencyStore]), so that a retry landing
+// on another server is still deduplicated, across a failover too
+// ([IdempotencyOptions].Replicas).
 //
 // It is a module of its own, github.com/sturdyhttp/sturdy/fleet, so that
 // the core module does not depend on a Redis client. It uses
@@ -23,9 +26,9 @@
 //   - the breakers' and quotas' fleet view is read in the background by
 //     one goroutine per [Fleet], every RefreshInterval (100ms), in one
 //     pipeline; changes are written in the background too;
-//   - a request waits on Redis only to lease quota places (in batches: a
-//     busy process leases once per many requests) and to claim a
-//     half-open breaker's probe.
+//   - a request waits on Redis only to lease quota places or retries (in
+//     batches: a busy process leases once per many requests) and to claim
+//     a half-open breaker's probe.
 //
 // When Redis is slow or down, the call that finds out waits at most
 // Timeout; from then until a refresh gets through, requests go on under
@@ -54,9 +57,13 @@
 //	                                      the bucket is full again
 //	<prefix>:q:{<host>}           hash    pauses servers asked for: p:<resource> = end (Unix
 //	                                      ms), "p:" for the whole host; expires after the last
+//	<prefix>:bud:{<host>}         hash    retry budget: o:<tick> operations and r:<tick>
+//	                                      retries per tenth of the Window (tick: Redis's
+//	                                      time in ms / the tenth); expires after the Window
 //	<prefix>:idem:{<key>}         hash    idempotency record: fp (request fingerprint),
 //	                                      tok (lock token, while in flight), resp (the stored
-//	                                      response, once completed); expires after the lock
+//	                                      response, once completed), ctok (the token that
+//	                                      completed it); expires after the lock
 //	                                      TTL, then after the response TTL
 //	<prefix>:idem:{<key>}:gone:<token>
 //	                              string  a Begin that got no answer: the lock it may yet

@@ -30,8 +30,8 @@ type Options struct {
 	Prefix string
 
 	// Timeout bounds every Redis call. A request waits on Redis only to
-	// claim a breaker's probe or to lease quota, and never longer than
-	// this: when Redis does not answer in time the request goes on under
+	// claim a breaker's probe or to lease quota or retries, and never
+	// longer than this: when Redis does not answer in time the request goes on under
 	// the process's own state. Zero or negative means [DefaultTimeout]
 	// (50ms).
 	Timeout time.Duration
@@ -67,7 +67,8 @@ type Options struct {
 }
 
 // Fleet is the state that a fleet of processes shares on Redis: the
-// breakers' states ([Fleet.Breakers]) and the hosts' quotas. Each process
+// breakers' states ([Fleet.Breakers]), the hosts' quotas ([Fleet.Quotas])
+// and retry budgets ([Fleet.Budgets]). Each process
 // makes one Fleet over its Redis client and hands its parts to
 // transport.New; one background goroutine per Fleet sends the changes
 // this process makes and reads, every RefreshInterval, the fleet's view of
@@ -109,10 +110,12 @@ type hostView struct {
 	used        atomic.Int64 // the tick of the last use
 	usedBreaker atomic.Bool  // the breaker state is read at each refresh
 	usedQuota   atomic.Bool  // the quota state is read at each refresh
+	usedBudget  atomic.Bool  // the budget is synced at each refresh
 	breaker     atomic.Pointer[sharedBreaker]
 	probeLost   atomic.Pointer[probeLoss]
 	probeClaim  atomic.Pointer[string] // the token of the probe claim this process won last, until it gives it up
 	quota       quotaView
+	budget      budgetView
 }
 
 // New returns a Fleet over client and starts its goroutine. The client
@@ -288,27 +291,52 @@ func (f *Fleet) refresh() {
 		return true
 	})
 	cmds := make(rueidis.Commands, 0, 2*len(views))
+	type sent struct {
+		hv                     *hostView
+		breaker, quota, budget bool
+		sync                   budgetSync
+	}
+	sents := make([]sent, 0, len(views))
+	now := time.Now()
 	for _, hv := range views {
+		s := sent{hv: hv}
 		if hv.usedBreaker.Load() {
 			cmds = append(cmds, f.breakerRead(hv.key))
+			s.breaker = true
 		}
 		if hv.usedQuota.Load() {
 			cmds = append(cmds, f.quotaRead(hv.key))
+			s.quota = true
 		}
+		if hv.usedBudget.Load() {
+			var cmd rueidis.Completed
+			if cmd, s.sync, s.budget = f.budgetSyncCmd(hv, now); s.budget {
+				cmds = append(cmds, cmd)
+			}
+		}
+		sents = append(sents, s)
 	}
 	if len(cmds) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 		results := f.client.DoMulti(ctx, cmds...)
 		cancel()
 		i, failed := 0, 0
-		for _, hv := range views {
-			if hv.usedBreaker.Load() && i < len(results) {
-				failed += f.breakerUpdate(hv, results[i])
+		for _, s := range sents {
+			if s.breaker && i < len(results) {
+				failed += f.breakerUpdate(s.hv, results[i])
 				i++
 			}
-			if hv.usedQuota.Load() && i < len(results) {
-				failed += f.quotaUpdate(hv, results[i])
+			if s.quota && i < len(results) {
+				failed += f.quotaUpdate(s.hv, results[i])
 				i++
+			}
+			if s.budget {
+				if i < len(results) {
+					failed += f.budgetUpdate(s.sync, results[i])
+					i++
+				} else {
+					f.budgetCancel(s.sync)
+				}
 			}
 		}
 		if failed == 0 {

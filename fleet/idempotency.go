@@ -44,14 +44,33 @@ type IdempotencyOptions struct {
 	// Retry-After; it never lets a request run unguarded. Zero or negative
 	// means [DefaultIdempotencyTimeout] (1s).
 	Timeout time.Duration
+
+	// Replicas is how many replicas must acknowledge a key's lock (Redis
+	// WAIT, on the connection that took it) before Begin hands it to the
+	// handler, so that a failover that promotes one of them keeps the
+	// lock. A lock not acknowledged within Timeout is given up, and Begin
+	// fails with an error that wraps [ErrNotReplicated]: the handler
+	// answers 503 with Retry-After and does not run. Zero, the default,
+	// means 1 when the client talks to Redis through Sentinel (a
+	// deployment that promotes replicas) and none otherwise; negative
+	// means none: at most once then holds only while the primary does not
+	// fail over. Under Sentinel, run at least two replicas, so that a
+	// promoted primary keeps one to acknowledge.
+	Replicas int
 }
+
+// ErrNotReplicated is matched by errors.Is when Begin took a key's lock
+// but not enough replicas acknowledged it within Timeout
+// (IdempotencyOptions.Replicas): the lock is given up and the request
+// must not run.
+var ErrNotReplicated = errors.New("fleet: idempotency lock not acknowledged by the replicas in time")
 
 // IdempotencyStore is an [idempotency.Store] on Redis, for
 // [idempotency.Handler]s on many servers that must run each keyed request
 // once between them. Each method is one Lua script, so one round trip,
 // on the keys of one hash tag:
 //
-//	<prefix>:idem:{<key>}               hash: fp, tok (while in flight), resp (once completed; empty when not kept)
+//	<prefix>:idem:{<key>}               hash: fp, tok (while in flight), resp (once completed; empty when not kept), ctok (the token that completed it)
 //	<prefix>:idem:{<key>}:gone:<token>  string: a Begin that got no answer, for the lock TTL (none when <key> starts with '}')
 //
 // The key expires after the lock TTL while in flight, after the response
@@ -79,6 +98,7 @@ type IdempotencyStore struct {
 	prefix   string
 	maxBytes int
 	timeout  time.Duration
+	replicas int
 	// abandoning bounds the goroutines that undo unanswered Begins, so
 	// that a long stall of Redis under load does not pile them up.
 	abandoning chan struct{}
@@ -92,7 +112,7 @@ const maxAbandoning = 64
 // that client talks to. The client stays the caller's to close.
 func NewIdempotencyStore(client rueidis.Client, o IdempotencyOptions) *IdempotencyStore {
 	s := &IdempotencyStore{client: client, prefix: o.Prefix, maxBytes: o.MaxStoredBytes, timeout: o.Timeout,
-		abandoning: make(chan struct{}, maxAbandoning)}
+		replicas: replicasFor(client, o.Replicas), abandoning: make(chan struct{}, maxAbandoning)}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -107,11 +127,25 @@ func NewIdempotencyStore(client rueidis.Client, o IdempotencyOptions) *Idempoten
 
 var _ idempotency.Store = (*IdempotencyStore)(nil)
 
+// replicasFor returns how many replicas a store waits for: n when
+// positive, none when negative, and for zero 1 under a Sentinel client,
+// whose primary may be replaced by a replica, none otherwise.
+func replicasFor(client rueidis.Client, n int) int {
+	switch {
+	case n > 0:
+		return n
+	case n < 0:
+		return 0
+	case client.Mode() == rueidis.ClientModeSentinel:
+		return 1
+	}
+	return 0
+}
+
 // The scripts answer with a status letter: a(cquired), i(n flight),
 // c(ompleted), l(ost), d(one), x (malformed: a hash fleet did not write),
 // g(one: the Begin was abandoned, and no one awaits its answer).
-var (
-	idemBegin = rueidis.NewLuaScript(`
+const idemBeginSrc = `
 if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then return {'g'} end
 local v = redis.call('HMGET', KEYS[1], 'fp', 'tok', 'resp')
 if v[1] then
@@ -122,15 +156,24 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'x'} end
 redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'tok', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {'a'}`)
+return {'a'}`
 
-	idemComplete = rueidis.NewLuaScript(`
-local v = redis.call('HMGET', KEYS[1], 'tok', 'resp')
+// idemCompleteSrc stores the response of the lock's holder. Resent by
+// the store (ARGV[4] '1') for the token that completed it (ctok), it
+// answers done.
+const idemCompleteSrc = `
+local v = redis.call('HMGET', KEYS[1], 'tok', 'resp', 'ctok')
+if ARGV[4] == '1' and v[2] and v[3] == ARGV[1] then return 'd' end
 if v[1] ~= ARGV[1] or v[2] then return 'l' end
-redis.call('HSET', KEYS[1], 'resp', ARGV[2])
+redis.call('HSET', KEYS[1], 'resp', ARGV[2], 'ctok', ARGV[1])
 redis.call('HDEL', KEYS[1], 'tok')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 'd'`)
+return 'd'`
+
+var (
+	idemBegin = rueidis.NewLuaScript(idemBeginSrc)
+
+	idemComplete = rueidis.NewLuaScript(idemCompleteSrc)
 
 	idemRelease = rueidis.NewLuaScript(`
 local v = redis.call('HMGET', KEYS[1], 'tok', 'resp')
@@ -173,26 +216,34 @@ func (s *IdempotencyStore) Begin(ctx context.Context, key, fingerprint string, l
 	defer cancel()
 	token := rand.Text()
 	rk := s.redisKey(key)
-	vals, err := idemBegin.Exec(ctx, s.client, s.idemKeys(key, token), []string{fingerprint, token, millis(lockTTL)}).ToArray()
+	keys, args := s.idemKeys(key, token), []string{fingerprint, token, millis(lockTTL)}
+	var vals []rueidis.RedisMessage
+	var err error
+	acked := int64(-1)
+	if s.replicas == 0 {
+		vals, err = idemBegin.Exec(ctx, s.client, keys, args).ToArray()
+	} else {
+		vals, acked, err = s.beginWait(ctx, keys, args)
+	}
 	if err != nil {
 		// The script may run yet: sent, and answered too late. The lock
 		// it would take holds this token, which no one else knows, until
 		// lockTTL: undo it.
-		if _, answered := rueidis.IsRedisErr(err); !answered && !noRedis(err) {
-			select {
-			case s.abandoning <- struct{}{}:
-				go func() {
-					defer func() { <-s.abandoning }()
-					s.abandon(key, token, lockTTL)
-				}()
-			default: // maxAbandoning at work already
-			}
+		if _, answered := rueidis.IsRedisErr(err); !answered && (!noRedis(err) || s.replicas > 0) {
+			s.abandonLater(key, token, lockTTL)
 		}
 		return idempotency.BeginResult{}, fmt.Errorf("fleet: idempotency begin %q: %w", rk, err)
 	}
 	st, _ := str(vals, 0)
 	switch st {
 	case "a":
+		if acked >= 0 && acked < int64(s.replicas) {
+			// Not on enough replicas: a failover now could lose the
+			// lock, and another server run the key. Give it up.
+			s.abandonLater(key, token, lockTTL)
+			return idempotency.BeginResult{}, fmt.Errorf("fleet: idempotency begin %q: %d of %d replicas in %v: %w",
+				rk, acked, s.replicas, s.timeout, ErrNotReplicated)
+		}
 		return idempotency.BeginResult{State: idempotency.Acquired, Token: token}, nil
 	case "i":
 		fp, ok := str(vals, 1)
@@ -216,6 +267,37 @@ func (s *IdempotencyStore) Begin(ctx context.Context, key, fingerprint string, l
 	return idempotency.BeginResult{}, fmt.Errorf("%w: %s is not an idempotency record", ErrMalformed, rk)
 }
 
+// beginWait runs idemBegin and then WAIT for the replicas, pipelined on
+// one connection, so that WAIT waits for the lock's write: one round
+// trip, which lasts until the replicas acknowledge. It returns the
+// script's answer and how many replicas acknowledged.
+func (s *IdempotencyStore) beginWait(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, int64, error) {
+	res := s.client.DoMulti(ctx,
+		s.client.B().Eval().Script(idemBeginSrc).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(),
+		s.client.B().Wait().Numreplicas(int64(s.replicas)).Timeout(waitMillis(ctx, s.timeout)).Build())
+	vals, err := res[0].ToArray()
+	if err != nil {
+		return nil, 0, err
+	}
+	acked, err := res[1].AsInt64()
+	if err != nil {
+		acked = 0 // the script ran, and nothing says a replica has its lock
+	}
+	return vals, acked, nil
+}
+
+// abandonLater undoes, in the background, the Begin sent with token.
+func (s *IdempotencyStore) abandonLater(key, token string, lockTTL time.Duration) {
+	select {
+	case s.abandoning <- struct{}{}:
+		go func() {
+			defer func() { <-s.abandoning }()
+			s.abandon(key, token, lockTTL)
+		}()
+	default: // maxAbandoning at work already
+	}
+}
+
 // abandon undoes the Begin sent with token, which got no answer: it may
 // have run, or may run yet when Redis gets to it (a stalled Redis runs what
 // it was sent when it resumes), maybe after a command sent later on
@@ -230,7 +312,9 @@ func (s *IdempotencyStore) abandon(key, token string, lockTTL time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		err := idemAbandon.Exec(ctx, s.client, keys, args).Error()
 		cancel()
-		if _, answered := rueidis.IsRedisErr(err); err == nil || answered || noRedis(err) ||
+		// A Redis that is not there lost what it was sent, unless a
+		// replica got it and is being promoted: with Replicas, try on.
+		if _, answered := rueidis.IsRedisErr(err); err == nil || answered || (noRedis(err) && s.replicas == 0) ||
 			errors.Is(err, rueidis.ErrClosing) || time.Now().Add(s.timeout).After(end) {
 			return
 		}
@@ -257,8 +341,86 @@ func (s *IdempotencyStore) Complete(ctx context.Context, key, token string, resp
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	rk := s.redisKey(key)
-	st, err := idemComplete.Exec(ctx, s.client, []string{rk}, []string{token, rueidis.BinaryString(enc), millis(ttl)}).ToString()
+	args := []string{token, rueidis.BinaryString(enc), millis(ttl), "0"}
+	if s.replicas == 0 {
+		st, err := idemComplete.Exec(ctx, s.client, []string{rk}, args).ToString()
+		return s.result("complete", rk, st, err)
+	}
+	st, acked, err := s.completeWait(ctx, rk, args)
+	if _, answered := rueidis.IsRedisErr(err); (err != nil && !answered) || (err == nil && st == "d" && acked < int64(s.replicas)) {
+		// The response may be on the primary alone, and lost with it in
+		// a failover, which would leave the replicas the lock: send it
+		// again until a replica has it, or a primary that took over.
+		select {
+		case s.abandoning <- struct{}{}:
+			go func() {
+				defer func() { <-s.abandoning }()
+				s.recomplete(rk, args, err != nil)
+			}()
+			return nil
+		default:
+			if err == nil {
+				err = fmt.Errorf("%d of %d replicas in %v: %w", acked, s.replicas, s.timeout, ErrNotReplicated)
+			}
+		}
+	}
 	return s.result("complete", rk, st, err)
+}
+
+// completeWait runs idemComplete and WAIT, pipelined on one connection,
+// as beginWait does.
+func (s *IdempotencyStore) completeWait(ctx context.Context, rk string, args []string) (string, int64, error) {
+	res := s.client.DoMulti(ctx,
+		s.client.B().Eval().Script(idemCompleteSrc).Numkeys(1).Key(rk).Arg(args...).Build(),
+		s.client.B().Wait().Numreplicas(int64(s.replicas)).Timeout(waitMillis(ctx, s.timeout)).Build())
+	st, err := res[0].ToString()
+	if err != nil {
+		return "", 0, err
+	}
+	acked, err := res[1].AsInt64()
+	if err != nil {
+		acked = 0
+	}
+	return st, acked, nil
+}
+
+// recomplete sends a completion again, every Timeout, until replicas
+// acknowledge it, or until a primary answers it after a call that got no
+// answer (a failover: the new primary may have no replica yet), or the
+// lock is found lost, for at most recompleteFor.
+func (s *IdempotencyStore) recomplete(rk string, args []string, failed bool) {
+	args = append(args[:3:3], "1")
+	for end := time.Now().Add(recompleteFor); time.Now().Before(end); {
+		time.Sleep(s.timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		st, acked, err := s.completeWait(ctx, rk, args)
+		cancel()
+		if errors.Is(err, rueidis.ErrClosing) {
+			return
+		}
+		if _, answered := rueidis.IsRedisErr(err); err != nil && !answered {
+			failed = true
+			continue
+		}
+		if err != nil || st != "d" || acked >= int64(s.replicas) || failed {
+			return
+		}
+	}
+}
+
+// recompleteFor bounds how long a completion is sent again.
+const recompleteFor = time.Minute
+
+// waitMillis returns WAIT's timeout for a call within ctx: short of its
+// deadline by 150ms (Redis checks the timeouts of blocked clients up to
+// 100ms late, at its default hz of 10), or by half of the time left when
+// that is less, so that WAIT answers before the deadline cuts it off; at
+// least 1 (0 would wait for ever).
+func waitMillis(ctx context.Context, d time.Duration) int64 {
+	if dl, ok := ctx.Deadline(); ok {
+		d = time.Until(dl)
+	}
+	return max((d - min(d/2, 150*time.Millisecond)).Milliseconds(), 1)
 }
 
 // Release implements [idempotency.Store].

@@ -194,3 +194,14 @@ func ExampleDeadlineHandler() {
 	// Request-Timeout: 0 -> 504 application/problem+json
 	// Request-Timeout: soon -> handler runs, without a deadline
 }
+
+// A route vouches for one path of a host and the paths beneath it: the
+// completions, not the file uploads of the same API.
+func ExampleOptions_Matches() {
+	o := idempotency.Options{Hosts: []string{"api.openai.com/v1/chat/completions"}}
+	fmt.Println(o.Matches("api.openai.com", "/v1/chat/completions"))
+	fmt.Println(o.Matches("api.openai.com", "/v1/files"))
+	// Output:
+	// true
+	// false
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	mrand "math/rand/v2"
+	"path"
 	"strings"
 	"sync"
 )
@@ -34,12 +35,15 @@ type Options struct {
 	// Nil means POST and PATCH, the methods that are not idempotent by
 	// themselves.
 	Methods []string
-	// Hosts are the hosts where a POST or PATCH is safe to send again;
-	// requests to them get a key. A hostname matches on any port,
-	// case-insensitively; "*.example.com" matches its subdomains (not
-	// example.com itself); "*" matches all. List a host whose server
-	// deduplicates by the key, or whose requests have no side effect
-	// beyond their cost (a completion API). Nil means none.
+	// Hosts are the hosts, or routes, where a POST or PATCH is safe to
+	// send again; requests to them get a key. A hostname matches on any
+	// port, case-insensitively; "*.example.com" matches its subdomains
+	// (not example.com itself); "*" matches all. An entry with a path,
+	// "api.openai.com/v1/chat/completions", is a route: it matches only
+	// requests to that host whose cleaned path is that path or lies
+	// beneath it (segment by segment, case-sensitively). List a host whose
+	// server deduplicates by the key, or a route whose requests have no
+	// side effect beyond their cost (a completion API). Nil means none.
 	Hosts []string
 	// NewKey makes a new key, once per logical operation.
 	// Nil means [NewKey], a random UUIDv4.
@@ -68,29 +72,81 @@ func (o Options) Applies(method string) bool {
 }
 
 // MatchesHost reports whether host, a URL's host with or without a port,
-// is listed in o.Hosts: a hostname matches on any port,
+// is listed in o.Hosts as a whole host: a hostname matches on any port,
 // case-insensitively; "*.example.com" matches its subdomains; "*" matches
-// all.
+// all. An entry with a path (a route) does not vouch for a whole host:
+// see [Options.Matches].
 func (o Options) MatchesHost(host string) bool {
 	if len(o.Hosts) == 0 {
 		return false
 	}
 	host = trimDot(hostname(host))
 	for _, h := range o.Hosts {
-		switch {
-		case h == "":
-		case h == "*":
-			return true
-		case strings.HasPrefix(h, "*."):
-			suffix := trimDot(hostname(h))[1:] // ".example.com", on any port
-			if len(host) > len(suffix) && strings.EqualFold(host[len(host)-len(suffix):], suffix) {
-				return true
-			}
-		case strings.EqualFold(host, trimDot(hostname(h))):
+		if strings.IndexByte(h, '/') < 0 && matchHost(h, host) {
 			return true
 		}
 	}
 	return false
+}
+
+// Matches reports whether a request to host (a URL's host, with or
+// without a port) and urlPath (its URL.Path) is vouched for by o.Hosts:
+// by a whole host, as [Options.MatchesHost] says, or by a route, an entry
+// with a path such as "api.openai.com/v1/chat/completions". A route
+// matches when its host does and the cleaned urlPath is the route's path
+// or lies beneath it, segment by segment: "/v1/chat/completions" matches
+// itself and "/v1/chat/completions/x", not "/v1/chat/completionsx" nor
+// "/v1/chat/completions/../../files".
+func (o Options) Matches(host, urlPath string) bool {
+	if len(o.Hosts) == 0 {
+		return false
+	}
+	host = trimDot(hostname(host))
+	cleaned := ""
+	for _, h := range o.Hosts {
+		i := strings.IndexByte(h, '/')
+		if i < 0 {
+			if matchHost(h, host) {
+				return true
+			}
+			continue
+		}
+		if !matchHost(h[:i], host) {
+			continue
+		}
+		if cleaned == "" {
+			cleaned = path.Clean("/" + urlPath)
+		}
+		if underPath(cleaned, path.Clean(h[i:])) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchHost reports whether the entry h (a hostname, "*.example.com" or
+// "*", with or without a port) matches host, a hostname without a port.
+func matchHost(h, host string) bool {
+	switch {
+	case h == "":
+	case h == "*":
+		return true
+	case strings.HasPrefix(h, "*."):
+		suffix := trimDot(hostname(h))[1:] // ".example.com", on any port
+		return len(host) > len(suffix) && strings.EqualFold(host[len(host)-len(suffix):], suffix)
+	default:
+		return strings.EqualFold(host, trimDot(hostname(h)))
+	}
+	return false
+}
+
+// underPath reports whether p is prefix or lies beneath it; both are
+// cleaned absolute paths.
+func underPath(p, prefix string) bool {
+	if prefix == "/" || p == prefix {
+		return true
+	}
+	return strings.HasPrefix(p, prefix) && p[len(prefix)] == '/'
 }
 
 // hostname strips the port from host, and the brackets from an IPv6

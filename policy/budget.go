@@ -51,32 +51,86 @@ type Budget struct {
 	// MaxHosts bounds how many hosts are tracked; beyond it, hosts unused
 	// for a while are forgotten. Zero means [DefaultBudgetMaxHosts].
 	MaxHosts int
+	// Store, when set, keeps the counts where other processes see them
+	// too, so that one budget bounds the retries a whole fleet sends to a
+	// host. The Budget counts in this process as well: when the Store
+	// cannot decide in time, this process's own counts decide. Nil means
+	// this process alone.
+	Store BudgetStore
 
 	once sync.Once
 	slot atomic.Pointer[hosts.Slot[window.Counter]] // A: operations, B: retries
+}
+
+// BudgetStore keeps the counts of a [Budget] somewhere other processes
+// share, such as Redis (the fleet module's Fleet.Budgets), so that the
+// retries every process sends to a host are bounded together by the
+// Budget's rule, over the operations of every process.
+//
+// A store may count in batches and hand out retries ahead: it must never
+// allow more than [BudgetRule.Allowance] of the fleet's operations over
+// the Window, and should not wait on its backend for long, since Retry
+// is called before a retry is sent.
+type BudgetStore interface {
+	// Request counts one operation (a first attempt) to host key at now.
+	Request(key string, now time.Time)
+	// Retry reports whether a retry to host key at now fits in rule over
+	// every process's counts, and counts it if so. When the store cannot
+	// tell in time (its backend slow or down) it returns ok false, and
+	// the Budget decides on this process's own counts instead.
+	Retry(key string, now time.Time, rule BudgetRule) (allowed, ok bool)
+}
+
+// BudgetRule is a [Budget]'s rule with its defaults filled in: over the
+// last Window, a host may see at most MinRetries + Ratio × operations
+// retries.
+type BudgetRule struct {
+	// Ratio is what each operation earns, never negative nor NaN.
+	Ratio float64
+	// MinRetries are allowed whatever the traffic.
+	MinRetries int
+	// Window is how far back traffic counts.
+	Window time.Duration
+}
+
+// Rule returns b's rule, with the defaults of the zero fields.
+func (b *Budget) Rule() BudgetRule {
+	r := BudgetRule{Ratio: b.Ratio, MinRetries: b.MinRetries, Window: b.Window}
+	if r.Ratio == 0 {
+		r.Ratio = DefaultBudgetRatio
+	}
+	if !(r.Ratio > 0) {
+		r.Ratio = 0
+	}
+	if r.MinRetries == 0 {
+		r.MinRetries = DefaultBudgetMinRetries
+	}
+	if r.Window <= 0 {
+		r.Window = DefaultBudgetWindow
+	}
+	return r
+}
+
+// Allowance returns how many retries ops operations allow over the
+// Window: MinRetries plus Ratio × ops, rounded down, as a float64 so that
+// huge settings do not overflow.
+func (r BudgetRule) Allowance(ops int) float64 {
+	// What operations earn is never below zero, so no Ratio takes
+	// MinRetries away: +Inf times no operation (NaN) earns nothing.
+	earned := r.Ratio * float64(ops)
+	if !(earned > 0) {
+		earned = 0
+	}
+	return float64(r.MinRetries) + math.Trunc(earned)
 }
 
 // Allows reports whether one more retry fits in a budget that saw ops
 // operations and retries retries over its Window: whether retries <
 // MinRetries + Ratio × ops. It is the decision that Retry applies, pure.
 func (b *Budget) Allows(ops, retries int) bool {
-	ratio := b.Ratio
-	if ratio == 0 {
-		ratio = DefaultBudgetRatio
-	}
-	floor := b.MinRetries
-	if floor == 0 {
-		floor = DefaultBudgetMinRetries
-	}
 	// In float64: a huge Ratio or MinRetries must not overflow into a
-	// negative allowance. What operations earn is never below zero, so no
-	// Ratio takes MinRetries away: not a negative or NaN one, nor +Inf
-	// times no operation (NaN).
-	earned := ratio * float64(ops)
-	if !(earned > 0) {
-		earned = 0
-	}
-	return float64(retries) < float64(floor)+math.Trunc(earned)
+	// negative allowance.
+	return float64(retries) < b.Rule().Allowance(ops)
 }
 
 // BucketWidth returns the width of the buckets that a host's traffic is
@@ -95,7 +149,7 @@ func (b *Budget) BucketWidth() time.Duration {
 // reg, the only value a package outside this module can pass, gives the
 // Budget a registry of its own, as the zero Budget has.
 func NewBudgetOn(b *Budget, reg *hosts.Registry) *Budget {
-	nb := &Budget{Ratio: b.Ratio, MinRetries: b.MinRetries, Window: b.Window, MaxHosts: b.MaxHosts}
+	nb := &Budget{Ratio: b.Ratio, MinRetries: b.MinRetries, Window: b.Window, MaxHosts: b.MaxHosts, Store: b.Store}
 	nb.once.Do(func() { nb.slot.Store(nb.newSlot(reg)) })
 	return nb
 }
@@ -141,16 +195,27 @@ func keyOf(key string) hosts.Key {
 	return hosts.Custom(key)
 }
 
-// Request counts one operation (a first attempt) to host key at now.
+// Request counts one operation (a first attempt) to host key at now, and
+// in the Store when there is one.
 func (b *Budget) Request(key string, now time.Time) {
+	if b.Store != nil {
+		b.Store.Request(key, now)
+	}
 	b.request(b.hosts().Get(keyOf(key)), now.UnixNano())
 }
 
 // Retry reports whether a retry to host key at now fits in the budget,
-// and counts it if so. A host the budget cannot track (every tracked
-// host busy) is not held back.
+// and counts it if so. With a Store, the Store decides on the fleet's
+// counts, unless it cannot in time. A host the budget cannot track
+// (every tracked host busy) is not held back, unless the Store says so.
 func (b *Budget) Retry(key string, now time.Time) bool {
-	return b.retry(b.hosts().Get(keyOf(key)), now.UnixNano())
+	c := b.hosts().Get(keyOf(key))
+	if b.Store != nil {
+		if allowed, ok := b.Store.Retry(key, now, b.Rule()); ok {
+			return b.counted(c, now.UnixNano(), allowed)
+		}
+	}
+	return b.retry(c, now.UnixNano())
 }
 
 // RequestURL is [Budget.Request] for the host of u, named as
@@ -158,13 +223,31 @@ func (b *Budget) Retry(key string, now time.Time) bool {
 // gives it). A caller that keeps a monotonic clock of its own, as
 // package transport does, counts without building a time.Time.
 func (b *Budget) RequestURL(u *url.URL, unixNano int64) {
+	if b.Store != nil {
+		b.Store.Request(hosts.KeyOf(u).String(), time.Unix(0, unixNano))
+	}
 	b.request(b.hosts().GetURL(u), unixNano)
 }
 
 // RetryURL is [Budget.Retry] for the host of u at unixNano, as
 // [Budget.RequestURL] takes them.
 func (b *Budget) RetryURL(u *url.URL, unixNano int64) bool {
-	return b.retry(b.hosts().GetURL(u), unixNano)
+	c := b.hosts().GetURL(u)
+	if b.Store != nil {
+		if allowed, ok := b.Store.Retry(hosts.KeyOf(u).String(), time.Unix(0, unixNano), b.Rule()); ok {
+			return b.counted(c, unixNano, allowed)
+		}
+	}
+	return b.retry(c, unixNano)
+}
+
+// counted counts in c a retry the Store allowed, so that this process's
+// own counts are right should the Store fail later, and returns allowed.
+func (b *Budget) counted(c *window.Counter, now int64, allowed bool) bool {
+	if allowed && c != nil {
+		c.Add(now, 0, 1)
+	}
+	return allowed
 }
 
 // request counts an operation at now in a host's window c; a nil c, an

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -325,5 +326,115 @@ func TestNewBudgetOn(t *testing.T) {
 				t.Errorf("hosts of the settings' Budget = %d, want 0 (untouched)", got)
 			}
 		})
+	}
+}
+
+// fakeStore is a BudgetStore that answers as told and records what it
+// was asked.
+type fakeStore struct {
+	allowed, ok bool
+	requests    []string
+	retries     []string
+	rules       []BudgetRule
+}
+
+func (s *fakeStore) Request(key string, now time.Time) { s.requests = append(s.requests, key) }
+
+func (s *fakeStore) Retry(key string, now time.Time, rule BudgetRule) (bool, bool) {
+	s.retries = append(s.retries, key)
+	s.rules = append(s.rules, rule)
+	return s.allowed, s.ok
+}
+
+// A Budget with a Store: the Store decides when it can; when it cannot,
+// this process's own counts do, and they include the retries the Store
+// allowed.
+func TestBudgetStore(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tests := []struct {
+		name        string
+		allowed, ok bool
+		want        []bool // 12 retries in a row, no operation (MinRetries 10)
+	}{
+		{"store refuses", false, true, repeat(false, 12)},
+		{"store allows", true, true, repeat(true, 12)},
+		{"store cannot tell: the process's own budget", false, false, append(repeat(true, 10), false, false)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &fakeStore{allowed: tt.allowed, ok: tt.ok}
+			b := &Budget{Store: s}
+			for i, want := range tt.want {
+				if got := b.Retry("https://api.example.com", now); got != want {
+					t.Errorf("retry %d: got %v, want %v", i, got, want)
+				}
+			}
+		})
+	}
+
+	t.Run("retries the store allowed count when it fails", func(t *testing.T) {
+		s := &fakeStore{allowed: true, ok: true}
+		b := &Budget{Store: s}
+		for range 10 {
+			b.Retry("https://api.example.com", now)
+		}
+		s.ok = false
+		if b.Retry("https://api.example.com", now) {
+			t.Errorf("got a retry from the process's own budget after 10 the store allowed, want none (MinRetries 10)")
+		}
+	})
+
+	t.Run("host keys and rule", func(t *testing.T) {
+		s := &fakeStore{allowed: true, ok: true}
+		b := &Budget{Store: s, MinRetries: 3, Window: time.Minute}
+		u, _ := url.Parse("https://API.example.com:443/v1/models")
+		b.RequestURL(u, now.UnixNano())
+		b.RetryURL(u, now.UnixNano())
+		b.Request("custom", now)
+		b.Retry("custom", now)
+		if got, want := s.requests, []string{"https://api.example.com", "custom"}; !slices.Equal(got, want) {
+			t.Errorf("requests: got %q, want %q", got, want)
+		}
+		if got, want := s.retries, []string{"https://api.example.com", "custom"}; !slices.Equal(got, want) {
+			t.Errorf("retries: got %q, want %q", got, want)
+		}
+		want := BudgetRule{Ratio: DefaultBudgetRatio, MinRetries: 3, Window: time.Minute}
+		if got := s.rules[0]; got != want {
+			t.Errorf("rule: got %+v, want %+v", got, want)
+		}
+	})
+
+	t.Run("NewBudgetOn keeps the store", func(t *testing.T) {
+		s := &fakeStore{allowed: false, ok: true}
+		b := NewBudgetOn(&Budget{Store: s}, nil)
+		if b.Retry("h", now) {
+			t.Errorf("got a retry the store refused")
+		}
+	})
+}
+
+func repeat(v bool, n int) []bool { return slices.Repeat([]bool{v}, n) }
+
+// Rule fills in the defaults, and its Allowance is what Allows decides.
+func TestBudgetRule(t *testing.T) {
+	tests := []struct {
+		b    *Budget
+		want BudgetRule
+	}{
+		{&Budget{}, BudgetRule{Ratio: 0.2, MinRetries: 10, Window: 10 * time.Second}},
+		{&Budget{Ratio: -1, MinRetries: 3, Window: -1}, BudgetRule{Ratio: 0, MinRetries: 3, Window: 10 * time.Second}},
+		{&Budget{Ratio: math.NaN()}, BudgetRule{Ratio: 0, MinRetries: 10, Window: 10 * time.Second}},
+	}
+	for _, tt := range tests {
+		if got := tt.b.Rule(); got != tt.want {
+			t.Errorf("Budget{Ratio: %v, MinRetries: %d, Window: %v}.Rule(): got %+v, want %+v", tt.b.Ratio, tt.b.MinRetries, tt.b.Window, got, tt.want)
+		}
+		for ops := range 50 {
+			for retries := range 30 {
+				if got, want := tt.b.Allows(ops, retries), float64(retries) < tt.b.Rule().Allowance(ops); got != want {
+					t.Fatalf("Allows(%d, %d) = %v, Allowance says %v", ops, retries, got, want)
+				}
+			}
+		}
 	}
 }

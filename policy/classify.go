@@ -89,7 +89,8 @@ type RetriableError interface {
 //   - An error that implements [RetriableError] decides for itself.
 //   - TLS certificate errors are not retried.
 //   - A request that cannot be sent as written ([IsCallerError]) is not
-//     retried.
+//     retried, nor is a failure of the client that no retry can fix
+//     ([LocalFinal]: response headers over the transport's limit).
 //   - An attempt that never made a connection ([Outcome].NotConnected) is
 //     retried, and the server did not act on it.
 //   - So is an outcome in which net/http proves that the server did not
@@ -204,6 +205,9 @@ func classifyError(o Outcome) Decision {
 	}
 	if IsCallerError(o.Request, err) {
 		return Decision{Reason: "invalid request"}
+	}
+	if row, ok := LocalFinal(err); ok {
+		return Decision{Reason: "local failure: " + row.Name}
 	}
 	if notConnected(&o) {
 		reason := "no connection"

@@ -39,6 +39,10 @@ const (
 	// ReasonWaitPastDeadline: the wait before the next attempt would not
 	// end before the operation's deadline.
 	ReasonWaitPastDeadline Reason = "wait would pass the deadline"
+	// ReasonTooLittleTime: the wait before the next attempt would end
+	// with less time left before the deadline than the fastest attempt of
+	// the operation took: the attempt could not use it.
+	ReasonTooLittleTime Reason = "too little time left for an attempt"
 	// ReasonRefused: a layer beneath (an open circuit breaker) would
 	// refuse the next attempt when the wait ends.
 	ReasonRefused Reason = "next attempt refused"
@@ -72,6 +76,11 @@ type State struct {
 	Done error
 	// Deadline is the operation's deadline; zero means none.
 	Deadline time.Time
+	// Fastest is the shortest time an attempt of this operation took, from
+	// its sending to its outcome; zero when not known. No attempt is
+	// started with less time left before Deadline than Fastest: it could
+	// not use what it would have.
+	Fastest time.Duration
 	// Refused, when set, tells whether a layer beneath would refuse an
 	// attempt made at the time at, and with what error; nil means no.
 	Refused func(at time.Time) error
@@ -111,8 +120,10 @@ type Step struct {
 //     proves that the server did not act ([Decision].DidNotAct);
 //   - then MaxAttempts, a body that cannot be replayed, and a server-asked
 //     wait over MaxRetryAfter;
-//   - then a wait that would pass the deadline, a layer beneath that would
-//     refuse the next attempt, and last the retry budget.
+//   - then a wait that would pass the deadline, or would leave less time
+//     before it than the fastest attempt of the operation took
+//     (State.Fastest), a layer beneath that would refuse the next
+//     attempt, and last the retry budget.
 //
 // The zero fields of p mean their defaults.
 func (p Retry) Next(s State) Step {
@@ -160,6 +171,10 @@ func (p Retry) Next(s State) Step {
 	at := o.Now.Add(wait)
 	if !s.Deadline.IsZero() && !at.Before(s.Deadline) {
 		st.Reason = ReasonWaitPastDeadline
+		return st
+	}
+	if !s.Deadline.IsZero() && s.Fastest > 0 && s.Deadline.Sub(at) < s.Fastest {
+		st.Reason = ReasonTooLittleTime
 		return st
 	}
 	if s.Refused != nil {

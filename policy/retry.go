@@ -32,7 +32,7 @@ type Retry struct {
 	//     ([ReasonNotSafe]).
 	//   - An open breaker, a deadline or a long Retry-After end it early
 	//     ([ReasonRefused], [ReasonWaitPastDeadline],
-	//     [ReasonRetryAfterTooLong]).
+	//     [ReasonTooLittleTime], [ReasonRetryAfterTooLong]).
 	//
 	// net/http itself may send one attempt twice, below this count and
 	// unseen by OnAttempt. See docs/design.md in the repository.

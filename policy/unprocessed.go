@@ -5,9 +5,11 @@ import (
 	"strings"
 )
 
-// Unprocessed is one outcome of net/http in which the server provably did
-// not process the request. It is a row of the table that [NotProcessed]
-// reads.
+// Unprocessed is one outcome of net/http known by its error text: a row
+// of the one table of such texts, which [NotProcessed] and [LocalFinal]
+// read. Most rows are outcomes in which the server provably did not
+// process the request; a row of Kind [TextLocalFinal] is a failure of
+// the client itself that no retry can fix.
 type Unprocessed struct {
 	// Name says what happened, in a few stable words for logs and hooks.
 	Name string
@@ -19,7 +21,22 @@ type Unprocessed struct {
 	Text string
 	// Why says what in net/http's source makes the outcome a proof.
 	Why string
+	// Kind says what the outcome proves; its zero value is
+	// [TextNotProcessed].
+	Kind TextKind
 }
+
+// TextKind says what a row of net/http's error texts proves.
+type TextKind uint8
+
+const (
+	// TextNotProcessed: the server provably did not process the request,
+	// and net/http itself would have replayed it ([NotProcessed]).
+	TextNotProcessed TextKind = iota
+	// TextLocalFinal: the client failed in a way no retry can fix, the
+	// same way on every attempt ([LocalFinal]). The server may have acted.
+	TextLocalFinal
+)
 
 // h2NoReplay is net/http's HTTP/2 error for a stream it would have sent
 // again but could not: the request had a body and no GetBody. The %s is
@@ -28,7 +45,9 @@ type Unprocessed struct {
 const h2NoReplay = "http2: Transport: cannot retry err [%s] after Request.Body was written; define Request.GetBody to avoid this error"
 
 // unprocessedTable lists net/http's outcomes that prove the server did
-// not process the request, and that net/http itself would have replayed.
+// not process the request, and that net/http itself would have replayed,
+// and (Kind [TextLocalFinal]) the client's own failures that no retry can
+// fix. It is the one place where sturdy reads net/http's error text.
 //
 // net/http exports no type for any of them (the HTTP/2 transport is
 // bundled with unexported types, and the HTTP/1 errors are unexported
@@ -73,14 +92,46 @@ var unprocessedTable = [...]Unprocessed{
 		Why: "net/http read the server's close on an idle connection, and closed it, before it queued the request: " +
 			"no byte of the request can have been written",
 	},
+	{
+		Name:  "response headers too large",
+		Proto: "HTTP/1.1",
+		Text:  "net/http: server response headers exceeded %d bytes; aborted",
+		Why: "the response's headers are longer than the transport's MaxResponseHeaderBytes: " +
+			"the server sends the same headers to every attempt, and each fails the same way",
+		Kind: TextLocalFinal,
+	},
 }
 
 // UnprocessedOutcomes returns a copy of the table that [NotProcessed]
 // reads. Each row is an outcome of net/http that proves the server did not
 // process a request.
 func UnprocessedOutcomes() []Unprocessed {
-	rows := unprocessedTable
-	return rows[:]
+	return textsOf(TextNotProcessed)
+}
+
+// LocalFinalOutcomes returns a copy of the rows that [LocalFinal] reads:
+// net/http's outcomes that are failures of the client no retry can fix.
+func LocalFinalOutcomes() []Unprocessed {
+	return textsOf(TextLocalFinal)
+}
+
+// textsOf returns a copy of the table's rows of kind k.
+func textsOf(k TextKind) []Unprocessed {
+	var rows []Unprocessed
+	for _, row := range unprocessedTable {
+		if row.Kind == k {
+			rows = append(rows, row)
+		}
+	}
+	return rows
+}
+
+// LocalFinal reports whether err, or an error it wraps, is one of
+// net/http's outcomes in [LocalFinalOutcomes], a failure of the client
+// that no retry can fix, and returns that row. [DefaultClassifier] does
+// not retry it.
+func LocalFinal(err error) (Unprocessed, bool) {
+	return findText(err, TextLocalFinal)
 }
 
 // NotProcessed reports whether err, or an error it wraps, is one of
@@ -90,14 +141,20 @@ func UnprocessedOutcomes() []Unprocessed {
 // never processed it. net/http replays it by itself when it can. It returns
 // one of these errors only when it did not.
 func NotProcessed(err error) (Unprocessed, bool) {
+	return findText(err, TextNotProcessed)
+}
+
+// findText finds the row of kind k whose text is err's, or that of an
+// error err wraps.
+func findText(err error, k TextKind) (Unprocessed, bool) {
 	for err != nil {
-		if row, ok := matchUnprocessed(err.Error()); ok {
+		if row, ok := matchUnprocessed(err.Error(), k); ok {
 			return row, true
 		}
 		switch e := err.(type) {
 		case interface{ Unwrap() []error }:
 			for _, e := range e.Unwrap() {
-				if row, ok := NotProcessed(e); ok {
+				if row, ok := findText(e, k); ok {
 					return row, true
 				}
 			}
@@ -109,11 +166,11 @@ func NotProcessed(err error) (Unprocessed, bool) {
 	return Unprocessed{}, false
 }
 
-// matchUnprocessed finds the row whose text is s, where a row's '%d'
-// stands for a decimal number.
-func matchUnprocessed(s string) (Unprocessed, bool) {
+// matchUnprocessed finds the row of kind k whose text is s, where a
+// row's '%d' stands for a decimal number.
+func matchUnprocessed(s string, k TextKind) (Unprocessed, bool) {
 	for _, row := range unprocessedTable {
-		if matchText(row.Text, s) {
+		if row.Kind == k && matchText(row.Text, s) {
 			return row, true
 		}
 	}

@@ -109,10 +109,19 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return resp, err
 	}
 	if err != nil {
+		var oe *net.OpError
+		if errors.As(err, &oe) && oe.Op == "dial" && oe.Addr != nil {
+			if host, _, err := net.SplitHostPort(oe.Addr.String()); err == nil {
+				span.SetAttributes(semconv.NetworkPeerAddress(host))
+			}
+		}
 		span.SetAttributes(outcome)
 		span.SetStatus(codes.Error, err.Error())
 		span.End()
 		return resp, err
+	}
+	if a := transport.AddressOf(resp); a != "" { // sent through a per-address pool
+		span.SetAttributes(semconv.NetworkPeerAddress(a))
 	}
 	span.SetAttributes(outcome)
 	if proto.Valid() {
@@ -280,7 +289,7 @@ func redactedURL(u *url.URL) string {
 }
 
 // errorType is error.type for err: a word for sturdy's refusals
-// ("circuit_open", "throttled", "quota_exhausted"), "canceled" or
+// ("circuit_open", "throttled", "quota_exhausted", "concurrency_limit"), "canceled" or
 // "timeout" for a context's end or a network timeout, else the error's
 // type, as the conventions suggest.
 func errorType(err error) attribute.KeyValue {
@@ -292,6 +301,8 @@ func errorType(err error) attribute.KeyValue {
 		return semconv.ErrorTypeKey.String("throttled")
 	case errors.Is(err, ratelimit.ErrQuotaExhausted):
 		return semconv.ErrorTypeKey.String("quota_exhausted")
+	case errors.Is(err, transport.ErrConcurrencyLimit):
+		return semconv.ErrorTypeKey.String("concurrency_limit")
 	case errors.Is(err, context.Canceled):
 		return semconv.ErrorTypeKey.String("canceled")
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():

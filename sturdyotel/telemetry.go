@@ -91,6 +91,9 @@ func New(o Options) *Telemetry {
 // [transport.New] would make) and [Telemetry.Hooks] joined to Hooks, after
 // the hooks already there. A Base that is an [otelhttp.Transport] is left
 // as it is: it makes a span per attempt already, and t only adds hooks.
+// With Endpoints.PerAddress, the per-address pools ([transport.PerAddress])
+// go beneath the middleware, so each attempt span carries the address it
+// was sent to as network.peer.address.
 //
 //	rt := transport.New(tel.Apply(transport.Options{Timeout: time.Minute}))
 func (t *Telemetry) Apply(o transport.Options) transport.Options {
@@ -108,11 +111,19 @@ func (t *Telemetry) Apply(o transport.Options) transport.Options {
 		b.MaxResponseHeaderBytes = transport.DefaultMaxResponseHeaderBytes
 		base = b
 	}
+	o.Hooks = join(o.Hooks, tt.Hooks())
+	if b, ok := base.(*http.Transport); ok && o.Endpoints.PerAddress {
+		// The per-address pools beneath the attempt spans, which then
+		// say which address each attempt went to. New leaves a Base that
+		// is not an *http.Transport as it is.
+		e := o.Endpoints
+		e.OnEject = both(e.OnEject, o.Hooks.OnEject)
+		base = transport.PerAddress(b, e)
+	}
 	if _, ok := base.(*otelhttp.Transport); !ok {
 		base = tt.Middleware()(base)
 	}
 	o.Base = base
-	o.Hooks = join(o.Hooks, tt.Hooks())
 	return o
 }
 
@@ -147,6 +158,10 @@ func join(a, b transport.Hooks) transport.Hooks {
 		OnCopyCanceled:       both(a.OnCopyCanceled, b.OnCopyCanceled),
 		OnThrottle:           both(a.OnThrottle, b.OnThrottle),
 		OnStreamCommit:       both(a.OnStreamCommit, b.OnStreamCommit),
+		OnConcurrencyChange:  both(a.OnConcurrencyChange, b.OnConcurrencyChange),
+		OnConcurrencyRefuse:  both(a.OnConcurrencyRefuse, b.OnConcurrencyRefuse),
+		OnEject:              both(a.OnEject, b.OnEject),
+		OnFailover:           both(a.OnFailover, b.OnFailover),
 	}
 }
 

@@ -414,8 +414,7 @@ func TestBadInputHugeHeaders(t *testing.T) {
 			steps:    []httptestutil.Step{httptestutil.Status(200, "ok", "X-Junk", big('a')).Forever()},
 			base:     func(tr *http.Transport) { tr.MaxResponseHeaderBytes = 64 << 10 },
 			wantErr:  "server response headers exceeded 65536 bytes",
-			wantTook: 3 * time.Second,
-			wantReqs: 4,
+			wantReqs: 1, // final: every attempt would get the same headers
 		},
 	}
 	for _, tt := range tests {

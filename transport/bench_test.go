@@ -1,8 +1,11 @@
 package transport
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +140,40 @@ func benchGetPost(b *testing.B, name string, rt http.RoundTripper, url string) {
 		req, _ := http.NewRequest("POST", url, strings.NewReader(strings.Repeat("p", 1024)))
 		run(b, req)
 	})
+}
+
+// BenchmarkEndpoints measures a GET and a POST over loopback sockets to
+// one host name: New with its base dialing the name's address, New with
+// Endpoints.PerAddress (a pool per address, the name resolved by
+// LookupHost), and New with an alternate origin that a healthy origin
+// never needs.
+func BenchmarkEndpoints(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	dialer := &net.Dialer{}
+	named := func() *http.Transport { // dials the name's one address, as a resolver would give it
+		return &http.Transport{MaxIdleConnsPerHost: 100, DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
+		}}
+	}
+	lookup := func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
+	url := "http://api.sturdy.test:" + port
+	bare, plain, per, alt := named(), named(), &http.Transport{MaxIdleConnsPerHost: 100}, named()
+	stacks := []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"bare", bare},
+		{"New", New(Options{Base: plain})},
+		{"New+PerAddress", New(Options{Base: per, Endpoints: Endpoints{PerAddress: true, LookupHost: lookup}})},
+		{"New+Alternates", New(Options{Base: alt, Endpoints: Endpoints{Alternates: map[string][]string{url: {"http://alternate.sturdy.test"}}}})},
+	}
+	for _, s := range stacks {
+		benchGetPost(b, s.name, s.rt, url+"/v1/things")
+		closeIdle(s.rt)
+	}
 }

@@ -117,7 +117,7 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 			c.settle() // a failure after the deadline is the deadline's
 		}
 		if cut := c.release(); cut != nil && err != nil {
-			err = cut
+			err = withAttempts(cut, err) // the cut, and how many attempts it ended
 		}
 		return resp, err
 	}

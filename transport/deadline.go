@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -53,6 +54,12 @@ type DeadlineError struct {
 	// Limit is the bound's value: the deadline, or for IdleTimeout how
 	// long a body may go without delivering a byte.
 	Limit time.Duration
+	// Attempts is how many attempts the operation made before the bound
+	// ended it, when a [Retry] beneath counted them; zero otherwise. The
+	// error then wraps Retry's [*RetryError] too.
+	Attempts int
+
+	op *RetryError // Retry's account of the operation, when Attempts is set
 }
 
 // Error names the bound and its limit, as in "transport: Timeout of 10m0s
@@ -64,7 +71,27 @@ func (e *DeadlineError) Error() string {
 	case boundIdle:
 		return "transport: IdleTimeout of " + e.Limit.String() + " exceeded: the response body delivered no byte for " + e.Limit.String()
 	}
-	return "transport: " + e.Bound + " of " + e.Limit.String() + " exceeded"
+	return "transport: " + e.Bound + " of " + e.Limit.String() + " exceeded" + e.after()
+}
+
+// after says how many attempts were made, when that is known.
+func (e *DeadlineError) after() string {
+	switch {
+	case e.op == nil:
+		return ""
+	case e.Attempts == 1:
+		return " after 1 attempt"
+	}
+	return " after " + strconv.Itoa(e.Attempts) + " attempts"
+}
+
+// Unwrap returns Retry's [*RetryError] for the operation the bound ended,
+// when there is one, so that errors.As finds it; nil otherwise.
+func (e *DeadlineError) Unwrap() error {
+	if e.op == nil {
+		return nil
+	}
+	return e.op
 }
 
 // Is reports whether target is [context.DeadlineExceeded].

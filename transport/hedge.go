@@ -210,7 +210,7 @@ type hedgeResult struct {
 
 func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := t.c
-	if req.URL == nil || c.hedges == 0 {
+	if req.URL == nil || c.hedges == 0 || attemptsOf(req.Context()) == 1 { // WithAttempts(ctx, 1): sent once
 		resp, err := t.next.RoundTrip(req)
 		return t.out(req, resp, err)
 	}

@@ -11,8 +11,9 @@ import (
 // operation that is vouched for, and to no other. A request vouched for
 // without a key header is passed on as a copy that carries one. It is
 // vouched for when the caller gave its own key with [idempotency.WithKey].
-// It is also vouched for when its method is in o.Methods and its host in
-// o.Hosts. The key is then made by o.NewKey.
+// It is also vouched for when its method is in o.Methods and its host, or
+// its route (host and path prefix), in o.Hosts. The key is then made by
+// o.NewKey.
 //
 // The defaults are those of [idempotency.Options]: POST and PATCH, no
 // hosts, and a random UUIDv4 key. A key the caller set in the header is
@@ -48,7 +49,7 @@ func (t *idemKey) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	key, ok := idempotency.KeyFromContext(req.Context())
 	if !ok {
-		if !t.o.Applies(req.Method) || !t.o.MatchesHost(req.URL.Host) {
+		if !t.o.Applies(req.Method) || !t.o.Matches(req.URL.Host, req.URL.Path) {
 			return t.next.RoundTrip(req)
 		}
 		key = t.newKey()

@@ -134,6 +134,12 @@ type Options struct {
 	// breakers.
 	Breakers *Breakers
 
+	// GoBreaker, when set, puts circuits of github.com/sony/gobreaker/v2,
+	// made from its settings, in place of the default circuits (see
+	// [GoBreaker]). Breaker and Breakers are then unused. Nil means the
+	// default circuits.
+	GoBreaker *GoBreakerSettings
+
 	// RateLimit configures how server quotas are honoured; see
 	// [ratelimit.Options] for its defaults. Its MaxHosts also bounds the
 	// one table that holds every layer's per-host state. Zero MaxHosts
@@ -182,6 +188,21 @@ type Options struct {
 	// zero value uses [policy.DefaultStreamPreambles].
 	Stream policy.Stream
 
+	// Concurrency, when set, adds a [Concurrency] layer beneath
+	// RateLimitAware and above Breaker. It bounds the attempts in flight
+	// to each host and learns the bound from the host's latency and
+	// losses. A request that finds the bound full waits while its
+	// operation's time allows, else fails unsent with
+	// [ErrConcurrencyLimit]. Its zero value has the defaults of
+	// [policy.Concurrency]. Nil means no bound.
+	Concurrency *policy.Concurrency
+
+	// Endpoints says where requests to a host may go: a connection pool
+	// per address of the host, with failing addresses ejected, and
+	// alternate origins while one fails. Its zero value changes nothing
+	// and costs nothing.
+	Endpoints Endpoints
+
 	// Hooks observe what the stack does. They are added to any hooks set
 	// in Retry, Breaker and RateLimit, which still run.
 	Hooks Hooks
@@ -222,6 +243,17 @@ type Hooks struct {
 	// its first content event, or at an error event, an end or a stall
 	// before it (see Options.FirstEventTimeout).
 	OnStreamCommit func(StreamEvent)
+	// OnConcurrencyChange is called when a host's concurrency limit
+	// changes (see Options.Concurrency).
+	OnConcurrencyChange func(ConcurrencyEvent)
+	// OnConcurrencyRefuse is called when a request is refused unsent
+	// because its host's concurrency limit was full.
+	OnConcurrencyRefuse func(ConcurrencyEvent)
+	// OnEject is called when Endpoints.PerAddress ejects an address.
+	OnEject func(EjectionEvent)
+	// OnFailover is called for each attempt sent to an alternate origin
+	// (see Endpoints.Alternates).
+	OnFailover func(FailoverEvent)
 }
 
 // New returns the recommended stack, outermost first:
@@ -229,7 +261,12 @@ type Hooks struct {
 //	IdempotencyKey, Deadline(Timeout), Retry, RateLimitAware, Breaker, FirstEvent, Deadline(AttemptTimeout), base
 //
 // Options.Hedge adds [Hedge], then Options.Throttle adds [Throttle],
-// between Retry and RateLimitAware. Options.PropagateDeadline adds
+// between Retry and RateLimitAware. Options.Concurrency adds
+// [Concurrency] between RateLimitAware and Breaker: each attempt takes a
+// slot after its quota wait, and a stream holds it until its first
+// event. Options.Endpoints adds a layer
+// outermost, its alternates above Throttle, and its per-address pools
+// beneath everything. Options.PropagateDeadline adds
 // [PropagateDeadline] just above base. Options.Disable switches layers off.
 // New is Chain(base, Layers(o)...).
 //
@@ -265,6 +302,11 @@ func Layers(o Options) []Middleware {
 	reg := hosts.New(hosts.Options{MaxHosts: o.RateLimit.MaxHosts}) // every layer's per-host state
 
 	var mws []Middleware
+	var ep *endpoints // Endpoints: the outermost layer, one above the per-host layers, and the base's pools
+	if o.Endpoints.on() {
+		ep = newEndpoints(o.Endpoints, h)
+		mws = append(mws, ep.operation())
+	}
 	if on(LayerIdempotencyKey) {
 		mws = append(mws, IdempotencyKey(o.Idempotency))
 	}
@@ -327,6 +369,9 @@ func Layers(o Options) []Middleware {
 		p.OnCopyCanceled = both(p.OnCopyCanceled, h.OnCopyCanceled)
 		mws = append(mws, hedgeMiddleware(p, b))
 	}
+	if mw := ep.alternates(); mw != nil {
+		mws = append(mws, mw)
+	}
 	if o.Throttle != nil {
 		mws = append(mws, throttleMiddleware(o.Throttle, h.OnThrottle))
 	}
@@ -336,7 +381,12 @@ func Layers(o Options) []Middleware {
 		r.OnReject = both(r.OnReject, h.OnRateLimitReject)
 		mws = append(mws, RateLimitTracker(ratelimit.NewTrackerOn(r, reg))) // its quotas beside the breakers
 	}
-	if on(LayerBreaker) {
+	if o.Concurrency != nil {
+		mws = append(mws, concurrencyMiddleware(o.Concurrency, reg, h))
+	}
+	if on(LayerBreaker) && o.GoBreaker != nil {
+		mws = append(mws, GoBreaker(*o.GoBreaker)) // gobreaker's circuits in place of the default ones
+	} else if on(LayerBreaker) {
 		b := o.Breakers
 		if b == nil {
 			s := o.Breaker
@@ -348,6 +398,7 @@ func Layers(o Options) []Middleware {
 			}
 			b = newBreakers(s, reg)
 		}
+		ep.useBreakers(b) // the alternates ask them whether an origin's circuit is open
 		mws = append(mws, b.Middleware())
 	}
 	attempt := o.AttemptTimeout
@@ -363,6 +414,9 @@ func Layers(o Options) []Middleware {
 	mws = append(mws, boundMiddleware(boundHeaders, attempt, idle, boundAttempt, o.ReadBody))
 	if o.PropagateDeadline {
 		mws = append(mws, PropagateDeadline(""))
+	}
+	if ep != nil && o.Endpoints.PerAddress {
+		mws = append(mws, ep.perAddressMiddleware())
 	}
 	return mws
 }

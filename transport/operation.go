@@ -61,6 +61,7 @@ func (s *stack) refusedAt(req *http.Request, at time.Time) error {
 	if s == nil {
 		return nil
 	}
+	req = routeOf(req, at) // the origin an attempt would go to (Endpoints.Alternates)
 	if b := s.breakersOf(req); b != nil {
 		if err := b.refusedAt(req, at); err != nil {
 			return err
@@ -79,6 +80,7 @@ func (s *stack) hedgeRefusedAt(req *http.Request, at time.Time) error {
 	if s == nil {
 		return nil
 	}
+	req = routeOf(req, at) // the origin a hedge would go to (Endpoints.Alternates)
 	if b := s.breakersOf(req); b != nil {
 		return b.hedgeRefusedAt(req, at)
 	}
@@ -245,6 +247,13 @@ type Operation struct {
 	Reason policy.Reason
 	// Waited is the time spent waiting between attempts.
 	Waited time.Duration
+	// Origin is the origin ("https://api.example.com") that served the
+	// operation's response, an alternate's when one did (see
+	// [Endpoints]); empty without Endpoints.
+	Origin string
+	// Address is the address that served it, with
+	// Endpoints.PerAddress; empty otherwise.
+	Address string
 }
 
 // OperationOf returns how the operation that resp ends went, when it passed
@@ -255,6 +264,15 @@ func OperationOf(resp *http.Response) (op Operation, ok bool) {
 	if resp == nil || resp.Request == nil {
 		return Operation{}, false
 	}
+	op, ok = operationOf(resp)
+	if servedBy(resp, &op) { // Endpoints: which origin and address served it
+		op.Attempts, ok = max(op.Attempts, 1), true
+	}
+	return op, ok
+}
+
+// operationOf is OperationOf without Endpoints.
+func operationOf(resp *http.Response) (op Operation, ok bool) {
 	ctx := resp.Request.Context()
 	if rec := opRecordOf(ctx); rec != nil {
 		return Operation{Attempts: rec.attempts, Reason: rec.reason, Waited: rec.waited}, true

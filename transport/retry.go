@@ -165,7 +165,7 @@ func (e *RetryError) Timeout() bool {
 	return errors.Is(e.Err, context.DeadlineExceeded) || errors.As(e.Err, &t) && t.Timeout()
 }
 
-var errNilResponse = errors.New("transport: RoundTripper returned a nil *Response with a nil error")
+var errNilResponse error = nilResponseError{} // final: see localfinal.go
 
 type attemptKey struct{}
 
@@ -182,8 +182,8 @@ func AttemptFromContext(ctx context.Context) int {
 }
 
 func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
-	c := t.c
-	if req.URL == nil { // nothing to retry: let the base report the error
+	c := t.c.forRequest(req) // WithAttempts
+	if req.URL == nil {      // nothing to retry: let the base report the error
 		return t.next.RoundTrip(req)
 	}
 	var (
@@ -265,11 +265,12 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 
 	var (
-		resp   *http.Response
-		prev   time.Duration
-		waited time.Duration
-		r      = base
-		free   int // free resends made: see freeResend
+		resp    *http.Response
+		prev    time.Duration
+		waited  time.Duration
+		fastest time.Duration // the operation's fastest answer: see policy.State.Fastest
+		r       = base
+		free    int // free resends made: see freeResend
 	)
 	if body.first != nil {
 		r = body.firstRequest(base)
@@ -280,7 +281,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	for n := 1; ; n++ {
 		var start time.Time
-		if c.onAttempt != nil {
+		if c.onAttempt != nil || n > 1 {
 			start = time.Now()
 		}
 		if watch != nil {
@@ -291,7 +292,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			err = errNilResponse
 		}
 		answered(resp, r)
-		if c.onAttempt != nil {
+		if c.onAttempt != nil && !concurrencyRefused(err) { // a request refused for the limit is no attempt
 			c.onAttempt(attemptEvent(req, n, resp, err, time.Since(start)))
 		}
 		if err != nil && free < maxFreeResends {
@@ -317,6 +318,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			problem = readProblem(resp, c.probLimit, idleCut)
 		}
 		now := time.Now()
+		fastest = fastestAnswer(ctx, fastest, start, now, err)
 		s := policy.State{
 			Outcome: policy.Outcome{
 				Request:      r,
@@ -332,6 +334,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			Replayable:   body.replayable(),
 			PrevWait:     prev,
 			Done:         context.Cause(ctx),
+			Fastest:      fastest,
 		}
 		if dl, ok := ctx.Deadline(); ok {
 			s.Deadline = dl

@@ -6,6 +6,8 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -145,6 +147,8 @@ func TestMainErrFlags(t *testing.T) {
 		{[]string{"-capacity", "-1"}, "-capacity"},
 		{[]string{"-overload-cost", "1.5"}, "-overload-cost"},
 		{[]string{"-no-such-flag"}, "no-such-flag"},
+		{[]string{"-overload", "-2"}, "-overload"},
+		{[]string{"-overload-run", "0s"}, "-overload-run"},
 	}
 	for _, tt := range tests {
 		var out bytes.Buffer
@@ -172,5 +176,26 @@ func countElements(t *testing.T, doc []byte, name string) int {
 		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == name {
 			n++
 		}
+	}
+}
+
+// Promise: the demo writes no file unless asked; -svg FILE writes the
+// chart there.
+func TestMainWritesNoFileUnasked(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	short := []string{"-clients", "4", "-instances", "2", "-run", "600ms", "-outage-start", "200ms", "-outage", "200ms", "-deadline", "200ms", "-think", "50ms"}
+	var out bytes.Buffer
+	if err := mainErr(short, &out); err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := os.ReadDir(dir); len(files) != 0 {
+		t.Errorf("the demo wrote %d files unasked (%s...), want none", len(files), files[0].Name())
+	}
+	if err := mainErr(append(short, "-svg", "chart.svg"), &out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "chart.svg")); err != nil {
+		t.Errorf("-svg chart.svg: %v", err)
 	}
 }

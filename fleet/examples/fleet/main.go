@@ -14,8 +14,15 @@
 // It prints, for each: the 429s the server sent, the requests that reached
 // it during the outage, how long after the first process saw the outage
 // every process was failing fast, and how long after the outage ended
-// every process had succeeded again. The last line is a summary starting
-// with "fleet:".
+// every process had succeeded again.
+//
+// Then it shows the retry budget: the same processes, each sending a few
+// operations to a host that answers 503 to everything, with a retry budget
+// per process and then with the fleet's one budget
+// (policy.Budget{Store: f.Budgets()}). It prints the retries the host got
+// each way, and what one budget's rule (10 + 20% of the operations) allows
+// for the fleet's operations. The last line is a summary starting with
+// "fleet:".
 //
 // It starts redis-server from the PATH, on a unix socket in a temporary
 // directory, and stops it at the end; when there is none it says how to
@@ -29,10 +36,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -69,6 +78,7 @@ type config struct {
 	Outage      time.Duration
 	Deadline    time.Duration // each operation's Timeout
 	MaxWait     time.Duration // the longest an operation waits for quota
+	BudgetOps   int           // operations per process against the failing host
 }
 
 func mainErr(args []string, out io.Writer) error {
@@ -83,6 +93,7 @@ func mainErr(args []string, out io.Writer) error {
 	fs.DurationVar(&c.Outage, "outage", 2*time.Second, "how long the server stays down (503 without Retry-After)")
 	fs.DurationVar(&c.Deadline, "deadline", 2*time.Second, "each operation's deadline (transport.Options.Timeout)")
 	fs.DurationVar(&c.MaxWait, "max-wait", 200*time.Millisecond, "the longest an operation waits for quota (ratelimit.Options.MaxWait); longer, it fails fast")
+	fs.IntVar(&c.BudgetOps, "budget-ops", 5, "operations each process sends to the host that fails everything, in the retry budget's run")
 	readme := fs.Bool("readme", false, "print the table as Markdown, for the README")
 	fs.SetOutput(out)
 	if err := fs.Parse(args); err != nil {
@@ -111,11 +122,116 @@ func mainErr(args []string, out io.Writer) error {
 		return err
 	}
 	printTable(out, c, local, shared, *readme)
+	bl, err := runBudget(c, nil)
+	if err != nil {
+		return err
+	}
+	bs, err := runBudget(c, srv)
+	if err != nil {
+		return err
+	}
+	allows := (&policy.Budget{}).Rule().Allowance(int(bs.Ops))
+	if *readme {
+		fmt.Fprintf(out, "\n| retries a host failing everything got, %d operations from %d processes | per-process budgets | the fleet's budget |\n| --- | ---: | ---: |\n", bs.Ops, c.Processes)
+		fmt.Fprintf(out, "| retries | %d | %d |\n| one budget's rule allows | | %.0f |\n| Redis round trips per operation | | %.3f |\n", bl.Retries, bs.Retries, allows, float64(bs.Trips)/float64(bs.Ops))
+	} else {
+		fmt.Fprintf(out, "\nretry budget: %d processes send %d operations each to a host that answers 503 to everything (4 attempts each):\n", c.Processes, c.BudgetOps)
+		fmt.Fprintf(out, "  per-process budgets: %d retries reached it\n", bl.Retries)
+		fmt.Fprintf(out, "  the fleet's budget:  %d retries reached it; one budget's rule (10 + 20%% of %d operations) allows %.0f; %.3f Redis round trips per operation\n",
+			bs.Retries, bs.Ops, allows, float64(bs.Trips)/float64(bs.Ops))
+	}
 	fmt.Fprintf(out, "fleet: %d processes on Redis against per-process state: %d → %d 429s, %d → %d requests during the %v outage, "+
-		"all failing fast %s → %s after the first did, all recovered %s → %s after it ended\n",
+		"all failing fast %s → %s after the first did, all recovered %s → %s after it ended, %d → %d retries to a host failing everything\n",
 		c.Processes, local.Rejected, shared.Rejected, local.DuringOutage, shared.DuringOutage, c.Outage,
-		ms(local.AllFailFast), ms(shared.AllFailFast), ms(local.Recovered), ms(shared.Recovered))
+		ms(local.AllFailFast), ms(shared.AllFailFast), ms(local.Recovered), ms(shared.Recovered), bl.Retries, bs.Retries)
 	return nil
+}
+
+// budgetResult is what a run against a host failing everything measured.
+type budgetResult struct {
+	Ops, Retries int64
+	Trips        int64 // writes to Redis connections
+}
+
+// runBudget sends c.BudgetOps operations from each of c.Processes
+// processes, 100ms apart, to a host that answers 503 to everything: with
+// a retry budget per process when srv is nil, else with the fleet's
+// budget on srv.
+func runBudget(c config, srv *redisproc.Server) (budgetResult, error) {
+	var hits atomic.Int64
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer api.Close()
+	var res budgetResult
+	var trips atomic.Int64
+	var closers []func()
+	defer func() {
+		for _, f := range closers {
+			f()
+		}
+	}()
+	var wg sync.WaitGroup
+	prefix := fmt.Sprintf("budget%d", time.Now().UnixNano()) // one fleet
+	for range c.Processes {
+		budget := &policy.Budget{Window: time.Minute} // the run fits in one window
+		if srv != nil {
+			opt, err := rueidis.ParseURL(srv.URL())
+			if err != nil {
+				return res, err
+			}
+			opt.DisableCache = true
+			opt.DialCtxFn = func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+				conn, err := d.DialContext(ctx, "unix", addr)
+				return countingConn{conn, &trips}, err
+			}
+			client, err := rueidis.NewClient(opt)
+			if err != nil {
+				return res, err
+			}
+			f, err := fleet.New(client, fleet.Options{Prefix: prefix})
+			if err != nil {
+				client.Close()
+				return res, err
+			}
+			closers = append(closers, func() { f.Close(); client.Close() })
+			budget.Store = f.Budgets()
+		}
+		base := http.DefaultTransport.(*http.Transport).Clone()
+		closers = append(closers, base.CloseIdleConnections)
+		rt := transport.New(transport.Options{
+			Base:    base,
+			Retry:   policy.Retry{MaxAttempts: 4, Backoff: policy.FullJitter(time.Millisecond, 10*time.Millisecond), Budget: budget},
+			Disable: transport.LayerBreaker, // every operation reaches the host: only the budget holds retries back
+		})
+		wg.Go(func() {
+			for i := range c.BudgetOps {
+				if i > 0 {
+					time.Sleep(100 * time.Millisecond)
+				}
+				call(&http.Client{Transport: rt}, api.URL+"/v1/models")
+				atomic.AddInt64(&res.Ops, 1)
+			}
+		})
+	}
+	before := trips.Load()
+	wg.Wait()
+	res.Retries = hits.Load() - res.Ops
+	res.Trips = trips.Load() - before
+	return res, nil
+}
+
+// countingConn counts the writes to a connection to Redis: a command is
+// one, and commands pipelined together share one.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(p)
 }
 
 // result is what one way of running measured.

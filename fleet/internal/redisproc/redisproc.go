@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,17 +23,122 @@ var ErrNotInstalled = errors.New("redisproc: redis-server not found on the PATH 
 
 // Server is one redis-server process on a unix socket.
 type Server struct {
-	// Addr is the path of the server's unix socket; it stays the same
-	// across [Server.Restart].
+	// Addr is the path of the server's unix socket, which stays the same
+	// across [Server.Restart]; or, for [StartTCP] and [StartSentinel],
+	// its loopback host:port.
 	Addr string
 
-	bin string
-	dir string
-	cmd *exec.Cmd
+	bin  string
+	dir  string
+	cmd  *exec.Cmd
+	args []string // the arguments of a TCP server; nil for a unix socket's
+	tcp  bool
 }
 
-// URL returns the server's address as a redis URL (unix:///path).
-func (s *Server) URL() string { return "unix://" + s.Addr }
+// URL returns the server's address as a redis URL (unix:///path, or
+// redis://host:port).
+func (s *Server) URL() string {
+	if s.tcp {
+		return "redis://" + s.Addr
+	}
+	return "unix://" + s.Addr
+}
+
+// StartTCP starts a redis-server on a free loopback TCP port, with
+// persistence off, and extra arguments such as "--replicaof", "127.0.0.1",
+// "6380". It returns [ErrNotInstalled] when there is no redis-server on
+// the PATH.
+func StartTCP(extra ...string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, ErrNotInstalled
+	}
+	return startTCP(bin, func(dir string, port int) ([]string, error) {
+		return append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "no", "--loglevel", "warning"}, extra...), nil
+	})
+}
+
+// StartSentinel starts a redis-sentinel on a free loopback TCP port that
+// monitors the primary at addr (host:port) under name, alone (quorum 1),
+// taking it as down after downAfter without an answer. It returns
+// [ErrNotInstalled] when there is no redis-sentinel on the PATH.
+func StartSentinel(name, addr string, downAfter time.Duration) (*Server, error) {
+	bin, err := exec.LookPath("redis-sentinel")
+	if err != nil {
+		return nil, ErrNotInstalled
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("redisproc: %w", err)
+	}
+	return startTCP(bin, func(dir string, own int) ([]string, error) {
+		conf := filepath.Join(dir, "sentinel.conf")
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\n"+
+			"sentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 10000\n",
+			own, dir, name, host, port, name, downAfter.Milliseconds(), name)
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			return nil, err
+		}
+		return []string{conf}, nil
+	})
+}
+
+// startTCP starts bin with the arguments that args makes for a new
+// directory and a free port.
+func startTCP(bin string, args func(dir string, port int) ([]string, error)) (*Server, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("redisproc: %w", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir, err := os.MkdirTemp("", "redis")
+	if err != nil {
+		return nil, fmt.Errorf("redisproc: %w", err)
+	}
+	a, err := args(dir, port)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("redisproc: %w", err)
+	}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir, args: a, tcp: true}
+	if err := s.start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// StartTCPT is [StartTCP] for a test, as [StartT] is [Start]; the server
+// is stopped when the test ends.
+func StartTCPT(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	return orSkip(t)(StartTCP(extra...))
+}
+
+// StartSentinelT is [StartSentinel] for a test, as [StartT] is [Start];
+// the sentinel is stopped when the test ends.
+func StartSentinelT(t testing.TB, name, addr string, downAfter time.Duration) *Server {
+	t.Helper()
+	return orSkip(t)(StartSentinel(name, addr, downAfter))
+}
+
+// orSkip returns a function that hands back a started server, closed when
+// t ends, or skips or fails t as [StartT] does.
+func orSkip(t testing.TB) func(*Server, error) *Server {
+	return func(s *Server, err error) *Server {
+		t.Helper()
+		if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") != "true" {
+			t.Skip(err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+}
 
 // Start starts a redis-server on a unix socket in a new temporary
 // directory and waits until it accepts connections. It returns
@@ -61,27 +167,23 @@ func Start() (*Server, error) {
 // tests.
 func StartT(t testing.TB) *Server {
 	t.Helper()
-	s, err := Start()
-	if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return orSkip(t)(Start())
 }
 
 func (s *Server) start() error {
-	cmd := exec.Command(s.bin,
-		"--port", "0",
-		"--unixsocket", s.Addr,
-		"--unixsocketperm", "700",
-		"--dir", s.dir,
-		"--save", "",
-		"--appendonly", "no",
-		"--loglevel", "warning",
-	)
+	args := s.args
+	if !s.tcp {
+		args = []string{
+			"--port", "0",
+			"--unixsocket", s.Addr,
+			"--unixsocketperm", "700",
+			"--dir", s.dir,
+			"--save", "",
+			"--appendonly", "no",
+			"--loglevel", "warning",
+		}
+	}
+	cmd := exec.Command(s.bin, args...)
 	out, err := os.Create(filepath.Join(s.dir, "redis.log"))
 	if err != nil {
 		return fmt.Errorf("redisproc: %w", err)
@@ -93,7 +195,7 @@ func (s *Server) start() error {
 	}
 	s.cmd = cmd
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if err := ping(s.Addr); err == nil {
+		if err := ping(s.network(), s.Addr); err == nil {
 			return nil
 		} else if time.Now().After(deadline) {
 			s.kill()
@@ -104,9 +206,16 @@ func (s *Server) start() error {
 	}
 }
 
+func (s *Server) network() string {
+	if s.tcp {
+		return "tcp"
+	}
+	return "unix"
+}
+
 // ping sends an inline PING and waits for +PONG.
-func ping(addr string) error {
-	c, err := net.DialTimeout("unix", addr, time.Second)
+func ping(network, addr string) error {
+	c, err := net.DialTimeout(network, addr, time.Second)
 	if err != nil {
 		return err
 	}
@@ -130,7 +239,9 @@ func ping(addr string) error {
 // lost. [Server.Restart] starts it again on the same socket.
 func (s *Server) Kill() {
 	s.kill()
-	os.Remove(s.Addr)
+	if !s.tcp {
+		os.Remove(s.Addr)
+	}
 }
 
 func (s *Server) kill() {

@@ -1,0 +1,463 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/internal/hosts"
+	"github.com/sturdyhttp/sturdy/policy"
+)
+
+// Endpoints says where the requests to a host may go: to which of its
+// addresses, and to which other origins when it fails. Its zero value
+// changes nothing: requests go where their URL says, through the base's
+// own connection pool. See docs/endpoints.md for why it works as it does.
+type Endpoints struct {
+	// PerAddress keeps a connection pool per resolved address of each
+	// host (TLS still verifies the host name; HTTP/2 as the base
+	// negotiates it), spreads requests over them, ejects an address that
+	// fails (see Outlier), and sends a retry or hedge to an address the
+	// operation has not tried. Addresses are resolved again every
+	// RefreshInterval, and soon after a connection fails. It needs a nil
+	// Base or an *http.Transport: with another Base, [New] makes no pools
+	// of its own, and a RoundTripper made by [PerAddress] beneath the
+	// caller's wrapper does the work (sturdyotel's Apply does so). A host
+	// given as an IP address, or sent through a proxy, uses the base.
+	PerAddress bool
+	// LookupHost resolves a host name; nil means net.DefaultResolver's.
+	LookupHost func(ctx context.Context, host string) ([]string, error)
+	// Alternates maps an origin ("https://api.example.com") to origins
+	// that serve the same API, in order of preference. While the origin
+	// fails (its circuit open, or an attempt failed in a way that proves
+	// the request was not processed, or one safe to send again), attempts
+	// go to the next alternate, path and query kept; traffic returns when
+	// the origin's circuit closes. Each origin is a scheme and a host,
+	// with a port when not the scheme's default, and nothing else. Nil
+	// means none.
+	Alternates map[string][]string
+	// Outlier says when an address is ejected and for how long. Its zero
+	// value has the defaults of [policy.Outlier].
+	Outlier policy.Outlier
+	// Adjust, when set, is called with each attempt sent to an alternate,
+	// a copy that it may change, and the alternate's origin: for an
+	// alternate that needs another auth header. Nil changes nothing.
+	Adjust func(req *http.Request, origin string)
+	// RefreshInterval is how often a host's addresses are resolved again.
+	// Zero or negative means [DefaultRefreshInterval] (30s).
+	RefreshInterval time.Duration
+	// OnEject is called when an address is ejected. Nil means none;
+	// Hooks.OnEject is called too.
+	OnEject func(EjectionEvent)
+	// OnFailover is called for each attempt sent to an alternate. Nil
+	// means none; Hooks.OnFailover is called too.
+	OnFailover func(FailoverEvent)
+}
+
+// DefaultRefreshInterval is how often [Endpoints.PerAddress] resolves a
+// host's addresses again, when Endpoints.RefreshInterval is zero.
+const DefaultRefreshInterval = 30 * time.Second
+
+// ErrEndpoints is matched by errors.Is for every error about the
+// configuration of [Endpoints].
+var ErrEndpoints = errors.New("transport: bad Endpoints")
+
+// EjectionEvent reports an address of a host ejected by
+// [Endpoints.PerAddress] (see [policy.Outlier]).
+type EjectionEvent struct {
+	// Host is the host and port whose address is ejected.
+	Host string
+	// Address is the ejected address.
+	Address string
+	// Failures is how many failures in a row it had.
+	Failures int
+	// Ejections is how many times it was ejected, this one included.
+	Ejections int
+	// Duration is how long it is out.
+	Duration time.Duration
+}
+
+// FailoverEvent reports an attempt sent to an alternate origin instead
+// of its own (see [Endpoints.Alternates]).
+type FailoverEvent struct {
+	// Request is the attempt as it came, for its own origin.
+	Request *http.Request
+	// From is the request's own origin, To the alternate it goes to.
+	From, To string
+	// Reason says why: "circuit open", or "attempt failed" when an
+	// earlier attempt of the operation failed.
+	Reason string
+}
+
+// The reasons of a [FailoverEvent].
+const (
+	failoverOpen   = "circuit open"
+	failoverFailed = "attempt failed"
+)
+
+// on reports whether e changes anything.
+func (e *Endpoints) on() bool { return e.PerAddress || len(e.Alternates) > 0 }
+
+// Validate reports what is wrong with e, as an error matching
+// [ErrEndpoints]: an origin or alternate that is not an absolute http or
+// https URL of a scheme and host only. [New] does not check: a request
+// to an origin with a bad entry fails with this error, unsent.
+func (e Endpoints) Validate() error {
+	_, err := parseAlternates(e.Alternates)
+	return err
+}
+
+// parseOrigin parses s as an origin: scheme and host, nothing else.
+func parseOrigin(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: origin %q: %v", ErrEndpoints, s, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User != nil ||
+		u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("%w: origin %q is not a scheme and host only, such as \"https://api.example.com\"", ErrEndpoints, s)
+	}
+	return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
+}
+
+// configError is the error of every request through Endpoints that
+// Validate rejects. It matches policy.ErrInvalidRequest too: a request
+// that cannot be sent as configured is not retried and counts against no
+// host.
+type configError struct{ err error }
+
+func (e configError) Error() string   { return e.err.Error() }
+func (e configError) Unwrap() []error { return []error{e.err, policy.ErrInvalidRequest} }
+
+// origin is one origin of an [alternates] list.
+type origin struct {
+	url  *url.URL // scheme and host
+	name string   // scheme://host, as keyed
+}
+
+// parseAlternates returns e's alternates, each list starting with the
+// origin it is for.
+func parseAlternates(m map[string][]string) (map[hosts.Key][]origin, error) {
+	out := make(map[hosts.Key][]origin, len(m))
+	for from, alts := range m {
+		u, err := parseOrigin(from)
+		if err != nil {
+			return nil, err
+		}
+		k := hosts.KeyOf(u)
+		list := []origin{{url: u, name: k.String()}}
+		for _, a := range alts {
+			v, err := parseOrigin(a)
+			if err != nil {
+				return nil, fmt.Errorf("%w (an alternate of %q)", err, from)
+			}
+			list = append(list, origin{url: v, name: hosts.KeyOf(v).String()})
+		}
+		if len(list) > 1 {
+			out[k] = list
+		}
+	}
+	return out, nil
+}
+
+// endpoints is the Endpoints of one stack, with its hooks.
+type endpoints struct {
+	e          Endpoints
+	origins    map[hosts.Key][]origin
+	err        error // Validate's error: requests fail with it
+	onEject    func(EjectionEvent)
+	onFailover func(FailoverEvent)
+	breakers   *Breakers // the stack's, when Layers made them; else the stack's context tells
+}
+
+// useBreakers gives ep the Breakers of its stack; a nil ep ignores it.
+func (ep *endpoints) useBreakers(b *Breakers) {
+	if ep != nil {
+		ep.breakers = b
+	}
+}
+
+func newEndpoints(e Endpoints, h Hooks) *endpoints {
+	ep := &endpoints{e: e, onEject: both(e.OnEject, h.OnEject), onFailover: both(e.OnFailover, h.OnFailover)}
+	if ep.origins, ep.err = parseAlternates(e.Alternates); ep.err != nil {
+		ep.err = configError{ep.err}
+	}
+	ep.e.OnEject, ep.e.OnFailover = ep.onEject, ep.onFailover
+	return ep
+}
+
+// endpointOp is what one operation carries for Endpoints: the addresses
+// it tried, the origin its next attempt starts at, and what served it.
+type endpointOp struct {
+	ep    *endpoints
+	next  atomic.Int32 // index in the origin's list the next attempt starts at
+	mu    sync.Mutex
+	tried []*addrPool // the addresses the operation's attempts went to
+	// origin and addr are the origin and address of its latest response.
+	origin, addr string
+}
+
+type endpointOpKey struct{}
+
+// endpointCtx carries an endpointOp: one allocation for both.
+type endpointCtx struct {
+	context.Context
+	op endpointOp
+}
+
+func (c *endpointCtx) Value(key any) any {
+	if _, ok := key.(endpointOpKey); ok {
+		return &c.op
+	}
+	return c.Context.Value(key)
+}
+
+// endpointOpOf returns the endpointOp of ctx's operation, nil if none.
+func endpointOpOf(ctx context.Context) *endpointOp {
+	op, _ := ctx.Value(endpointOpKey{}).(*endpointOp)
+	return op
+}
+
+// triedSnapshot returns the addresses op tried so far; nil op has none.
+func (op *endpointOp) triedSnapshot() []*addrPool {
+	if op == nil {
+		return nil
+	}
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return op.tried[:len(op.tried):len(op.tried)]
+}
+
+func (op *endpointOp) addTried(p *addrPool) {
+	if op == nil {
+		return
+	}
+	op.mu.Lock()
+	op.tried = append(op.tried, p)
+	op.mu.Unlock()
+}
+
+func (op *endpointOp) served(origin, addr string) {
+	if op == nil {
+		return
+	}
+	op.mu.Lock()
+	if origin != "" {
+		op.origin = origin
+	}
+	if addr != "" {
+		op.addr = addr
+	}
+	op.mu.Unlock()
+}
+
+// operation returns the outermost layer of Endpoints: it gives each
+// operation the record its attempts share.
+func (ep *endpoints) operation() Middleware {
+	return func(next http.RoundTripper) http.RoundTripper {
+		return &endpointOpTransport{ep: ep, next: orDefault(next)}
+	}
+}
+
+type endpointOpTransport struct {
+	ep   *endpoints
+	next http.RoundTripper
+}
+
+// CloseIdleConnections forwards to the next RoundTripper.
+func (t *endpointOpTransport) CloseIdleConnections() { closeIdle(t.next) }
+
+func (t *endpointOpTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if endpointOpOf(req.Context()) != nil {
+		return t.next.RoundTrip(req)
+	}
+	c := &endpointCtx{Context: req.Context()}
+	c.op.ep = t.ep
+	return t.next.RoundTrip(req.WithContext(c))
+}
+
+// alternates returns the layer that sends attempts to alternate origins,
+// nil when there are none. It sits above the per-host layers (quotas,
+// breakers), so that each origin has its own.
+func (ep *endpoints) alternates() Middleware {
+	if ep == nil || len(ep.origins) == 0 && ep.err == nil {
+		return nil
+	}
+	return func(next http.RoundTripper) http.RoundTripper {
+		return &alternatesTransport{ep: ep, next: orDefault(next)}
+	}
+}
+
+type alternatesTransport struct {
+	ep   *endpoints
+	next http.RoundTripper
+}
+
+// CloseIdleConnections forwards to the next RoundTripper.
+func (t *alternatesTransport) CloseIdleConnections() { closeIdle(t.next) }
+
+// refusedOrigin reports whether the origin u of req (req's own when
+// nil) would be refused at at by the breakers beneath: ep's, else those
+// the stack of req's context knows of.
+func (ep *endpoints) refusedOrigin(st *stack, req *http.Request, u *url.URL, at time.Time) bool {
+	b := ep.breakers
+	if b == nil && st != nil {
+		b = st.breakersOf(req)
+	}
+	if b == nil {
+		return false
+	}
+	if u != nil {
+		req = &http.Request{Method: req.Method, URL: u, Header: req.Header}
+	}
+	return b.refusedAt(req, at) != nil
+}
+
+// pick returns the index in list of the origin an attempt of req goes to
+// at now: the first from start, in turn, whose circuit is not open; start
+// when every one is.
+func (ep *endpoints) pick(st *stack, req *http.Request, list []origin, start int, now time.Time) int {
+	for k := range list {
+		i := (start + k) % len(list)
+		var u *url.URL
+		if i != 0 {
+			u = list[i].url
+		}
+		if !ep.refusedOrigin(st, req, u, now) {
+			return i
+		}
+	}
+	return start
+}
+
+// rewrite returns a copy of req for the origin o: scheme and host the
+// alternate's, path and query kept.
+func (ep *endpoints) rewrite(req *http.Request, o origin) *http.Request {
+	r := req.Clone(req.Context())
+	r.URL.Scheme, r.URL.Host, r.Host = o.url.Scheme, o.url.Host, ""
+	if ep.e.Adjust != nil {
+		ep.e.Adjust(r, o.name)
+	}
+	return r
+}
+
+func (t *alternatesTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.ep.err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, t.ep.err
+	}
+	if req.URL == nil {
+		return t.next.RoundTrip(req)
+	}
+	list := t.ep.origins[hosts.KeyOf(req.URL)]
+	if list == nil {
+		return t.next.RoundTrip(req)
+	}
+	ctx := req.Context()
+	op := endpointOpOf(ctx)
+	st := stackOf(ctx)
+	start := 0
+	if op != nil {
+		start = int(op.next.Load()) % len(list)
+	}
+	i := t.ep.pick(st, req, list, start, time.Now())
+	for tries := 1; ; tries++ {
+		r := req
+		if i != 0 {
+			r = t.ep.rewrite(req, list[i])
+			if f := t.ep.onFailover; f != nil {
+				reason := failoverFailed
+				if i != start || start == 0 {
+					reason = failoverOpen
+				}
+				f(FailoverEvent{Request: req, From: list[0].name, To: list[i].name, Reason: reason})
+			}
+		}
+		resp, err := t.next.RoundTrip(r)
+		if err != nil && errors.Is(err, ErrCircuitOpen) && tries < len(list) {
+			// Refused unsent by the origin's breaker (a half-open one
+			// whose probes are taken): the next origin, when the body can
+			// be sent again. Nothing was sent, so nothing is resent.
+			if body, ok := freshBody(req); ok {
+				req = body
+				i = t.ep.pick(st, req, list, (i+1)%len(list), time.Now())
+				continue
+			}
+		}
+		if op != nil {
+			o := policy.Outcome{Request: r, Response: resp, Err: err, CallerEnded: callerEnded(ctx)}
+			if policy.FailsOver(o) {
+				op.next.Store(int32((i + 1) % len(list)))
+			} else if err == nil {
+				op.served(list[i].name, "")
+			}
+		}
+		return resp, err
+	}
+}
+
+// freshBody returns req with a new body from GetBody, or req itself when
+// it has none; false when its body cannot be had again.
+func freshBody(req *http.Request) (*http.Request, bool) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req, true
+	}
+	if req.GetBody == nil {
+		return nil, false
+	}
+	b, err := req.GetBody()
+	if err != nil {
+		return nil, false
+	}
+	r := *req
+	r.Body = b
+	return &r, true
+}
+
+// routeOf returns the request that an attempt of req made at at would
+// send, when ctx's operation has alternates: a copy for the origin it
+// would go to, so that a Retry or Hedge above asks that origin's breaker
+// whether the attempt would be refused. Else req itself.
+func routeOf(req *http.Request, at time.Time) *http.Request {
+	if req.URL == nil {
+		return req
+	}
+	ctx := req.Context()
+	op := endpointOpOf(ctx)
+	if op == nil || len(op.ep.origins) == 0 {
+		return req
+	}
+	list := op.ep.origins[hosts.KeyOf(req.URL)]
+	if list == nil {
+		return req
+	}
+	i := op.ep.pick(stackOf(ctx), req, list, int(op.next.Load())%len(list), at)
+	if i == 0 {
+		return req
+	}
+	return &http.Request{Method: req.Method, URL: list[i].url, Header: req.Header, Host: list[i].url.Host}
+}
+
+// servedBy adds to op what the Endpoints of resp's operation say of it:
+// the origin and address that served it. It reports whether there were
+// Endpoints.
+func servedBy(resp *http.Response, op *Operation) bool {
+	e := endpointOpOf(resp.Request.Context())
+	if e == nil {
+		return false
+	}
+	e.mu.Lock()
+	op.Origin, op.Address = e.origin, e.addr
+	e.mu.Unlock()
+	if op.Origin == "" && resp.Request.URL != nil {
+		op.Origin = hosts.KeyOf(resp.Request.URL).String()
+	}
+	return true
+}

@@ -1,0 +1,100 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// attemptsKey is the context key of [WithAttempts].
+type attemptsKey struct{}
+
+// attemptsUsed is set once WithAttempts has made a context with the key:
+// until then no layer looks for it, which costs a walk up the request's
+// context chain.
+var attemptsUsed atomic.Bool
+
+// WithAttempts returns a copy of ctx that sets, for the requests made
+// with it, how many attempts [Retry] may make, the first included. It
+// overrides Retry.MaxAttempts for one call: 1 sends the request once (no
+// retry, no hedge), more gives the call more attempts than the stack's.
+// n of 0 or less keeps the stack's setting.
+//
+// It changes only how many attempts may be made. A request is still sent
+// again only when that is safe, and only while the retry budget, the
+// deadline and the breaker allow. A free resend of a request that net/http
+// proves the server did not process is not an attempt, and is still made.
+// For a shorter timeout for one call, give its context a deadline
+// ([context.WithTimeout]).
+func WithAttempts(ctx context.Context, n int) context.Context {
+	if n <= 0 {
+		return ctx
+	}
+	if !attemptsUsed.Load() {
+		attemptsUsed.Store(true)
+	}
+	return context.WithValue(ctx, attemptsKey{}, n)
+}
+
+// attemptsOf returns the attempts that [WithAttempts] set in ctx, or 0.
+func attemptsOf(ctx context.Context) int {
+	if !attemptsUsed.Load() {
+		return 0
+	}
+	n, _ := ctx.Value(attemptsKey{}).(int)
+	return n
+}
+
+// forRequest returns c with the attempts that req's context sets with
+// [WithAttempts], or c itself.
+func (c *retryConfig) forRequest(req *http.Request) *retryConfig {
+	n := attemptsOf(req.Context())
+	if n <= 0 || n == c.attempts {
+		return c
+	}
+	cc := *c
+	cc.attempts, cc.p.MaxAttempts = n, n
+	return &cc
+}
+
+// fastestAnswer returns the shortest time an attempt of the operation
+// took to get an answer (a response, or an error other than a deadline),
+// counting the attempt sent at start whose outcome, err, came at now.
+// A timed-out attempt says nothing of how long an answer takes. start is
+// zero for a first attempt that was not timed; a bound above that knows
+// when the operation began times it then.
+func fastestAnswer(ctx context.Context, fastest time.Duration, start, now time.Time, err error) time.Duration {
+	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+		return fastest
+	}
+	if start.IsZero() {
+		c, ok := ctx.(*boundCtx)
+		if !ok || c.b.d <= 0 {
+			return fastest
+		}
+		start = clockTime(c.begun)
+	}
+	took := now.Sub(start)
+	if took > 0 && (fastest == 0 || took < fastest) {
+		return took
+	}
+	return fastest
+}
+
+// withAttempts returns the error a bound reports when its deadline, cut,
+// ended an operation whose error beneath was err: cut itself, or, when
+// err says how many attempts were made (a [*RetryError]), a copy of cut
+// that says so too and wraps err.
+func withAttempts(cut, err error) error {
+	var re *RetryError
+	de, ok := cut.(*DeadlineError)
+	if !ok || !errors.As(err, &re) {
+		return cut
+	}
+	d := *de
+	d.Attempts = re.Attempts
+	d.op = re
+	return &d
+}
