@@ -334,6 +334,12 @@ type parts struct {
 }
 
 func newParts(o Options) *parts {
+	if on := o.Disable & (LayerRetry | LayerRateLimit); on == 0 {
+		// One limit on a server-asked wait, for the request that got the
+		// ask and those its host holds after it (policy.ServerWait).
+		lim := policy.ServerWaitLimit(o.Retry.MaxRetryAfter, o.RateLimit.MaxWait)
+		o.Retry.MaxRetryAfter, o.RateLimit.MaxWait = lim, lim
+	}
 	p := &parts{o: o, reg: hosts.New(hosts.Options{MaxHosts: o.RateLimit.MaxHosts}), limit: o.Timeout, idle: o.IdleTimeout}
 	if p.limit == 0 {
 		p.limit = DefaultTimeout
