@@ -109,7 +109,7 @@ var copyLimits timecut.Limits
 
 // out returns a copy's outcome to the layer above: a stream judged a
 // failed attempt is restored unless a Retry above (found through the
-// operation's stack, whatever stands between) may still try again.
+// operation, whatever stands between) may still try again.
 func (t *hedger) out(req *http.Request, resp *http.Response, err error) (*http.Response, error) {
 	if err != nil || resp == nil || resp.StatusCode < 400 || opOf(req.Context()).retryConfig() != nil {
 		return resp, err

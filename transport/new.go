@@ -94,6 +94,10 @@ type Options struct {
 	// that is not a stream. A stream (server-sent events, NDJSON and the
 	// like) is bounded by IdleTimeout instead. Zero means [DefaultTimeout],
 	// 10 minutes. Negative means no limit beyond the caller's context.
+	// The context of the requests beneath is canceled when it runs out
+	// (context.Cause is a [*DeadlineError]); it is not that context's
+	// Deadline, since a stream outlives it: the layers read it from the
+	// operation.
 	Timeout time.Duration
 
 	// AttemptTimeout bounds one attempt until its response headers. It does
