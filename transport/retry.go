@@ -9,11 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -235,6 +237,10 @@ type retryRun struct {
 	start  time.Time // when the last attempt was sent; zero when not timed
 	// fastest is the operation's fastest answer: see policy.State.Fastest.
 	fastest time.Duration
+	// elsewhere are the hosts other than the request's own that the
+	// operation was counted at in the budget: alternate origins it failed
+	// over to (see charge).
+	elsewhere []hosts.Key
 }
 
 // begin prepares the operation and returns its first attempt: it keeps
@@ -337,10 +343,28 @@ func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (poli
 	op := o.op
 	s.Refused = func(at time.Time) error { return op.refusedAt(r, at) }
 	if c.budget != nil {
-		u := o.req.URL
-		s.Budget = func() bool { return c.budget.retry(u, timecut.Of(now)) }
+		s.Budget = func() bool { return o.charge(r, now) }
 	}
 	return c.p.Next(s), now
+}
+
+// charge reports whether the budget allows the retry that attempt r's
+// outcome asks for at now, and counts it if so. The budget is that of the
+// host the retry goes to: the request's own, or the alternate origin that
+// Endpoints sends it to. The operation's first attempt at an alternate
+// is, for that host, an operation and no retry: it brings the alternate
+// no more load than the operation would have brought its own host, so
+// failing over from an origin that refuses connections spends no budget.
+// Further retries there draw on the alternate's budget.
+func (o *retryRun) charge(r *http.Request, now time.Time) bool {
+	u := routeOf(r, now).URL
+	at := timecut.Of(now)
+	if k := hosts.KeyOf(u); k != hosts.KeyOf(o.req.URL) && !slices.Contains(o.elsewhere, k) {
+		o.elsewhere = append(o.elsewhere, k)
+		o.c.budget.request(u, at)
+		return true
+	}
+	return o.c.budget.retry(u, at)
 }
 
 // again returns the request of a free resend, nil when its body cannot
