@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sturdyhttp/sturdy/internal/endpoint"
 	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/policy"
 )
@@ -197,7 +198,7 @@ type endpointOp struct {
 	ep    *endpoints
 	next  atomic.Int32 // index in the origin's list the next attempt starts at
 	mu    sync.Mutex
-	tried []*addrPool // the addresses the operation's attempts went to
+	tried []*endpoint.Pool // the addresses the operation's attempts went to
 	// origin and addr are the origin and address of its latest response.
 	origin, addr string
 }
@@ -211,7 +212,7 @@ func endpointOpOf(ctx context.Context) *endpointOp {
 }
 
 // triedSnapshot returns the addresses op tried so far; nil op has none.
-func (op *endpointOp) triedSnapshot() []*addrPool {
+func (op *endpointOp) triedSnapshot() []*endpoint.Pool {
 	if op == nil {
 		return nil
 	}
@@ -220,7 +221,7 @@ func (op *endpointOp) triedSnapshot() []*addrPool {
 	return op.tried[:len(op.tried):len(op.tried)]
 }
 
-func (op *endpointOp) addTried(p *addrPool) {
+func (op *endpointOp) addTried(p *endpoint.Pool) {
 	if op == nil {
 		return
 	}
