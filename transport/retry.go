@@ -8,13 +8,12 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
+	"github.com/sturdyhttp/sturdy/internal/connwatch"
 	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/policy"
 )
@@ -228,7 +227,7 @@ type retryRun struct {
 	op     *operation
 	ctx    context.Context
 	body   reqbody.Replay
-	watch  *connWatch // whether an attempt got a connection: for a request not safe to resend
+	watch  *connwatch.Watch // whether an attempt got a connection: for a request not safe to resend
 	safe   bool
 	n      int // the attempt's number
 	free   int // free resends made
@@ -270,7 +269,7 @@ func (o *retryRun) begin() (*http.Request, error) {
 	}
 	if !o.safe {
 		if c.attempts > 1 {
-			o.watch, o.base = watchConns(o.base)
+			o.watch, o.base = connwatch.New(o.base)
 		}
 		if o.base.GetBody != nil {
 			o.base = withoutGetBody(o.base, o.base != req)
@@ -297,7 +296,7 @@ func (o *retryRun) send(r *http.Request) (*http.Response, error) {
 		o.start = time.Now()
 	}
 	if o.watch != nil {
-		o.watch.reset()
+		o.watch.Reset()
 	}
 	resp, err := o.t.next.RoundTrip(r)
 	if resp == nil && err == nil { // a broken RoundTripper beneath: say so, as http.Client does
@@ -327,7 +326,7 @@ func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (poli
 			Problem:      problem,
 			Attempt:      o.n,
 			Keyed:        policy.HasKey(o.req, c.keyHeader),
-			NotConnected: o.watch != nil && err != nil && o.watch.notConnected(),
+			NotConnected: o.watch != nil && err != nil && o.watch.NotConnected(),
 			Now:          now,
 		},
 		SafeToResend: o.safe,
@@ -505,37 +504,6 @@ func withoutGetBody(r *http.Request, own bool) *http.Request {
 func attemptRequest(b *reqbody.Replay, base *http.Request, n int) (*http.Request, error) {
 	return b.Request(base.WithContext(withScope(base.Context(), func(s *scope) { s.attempt = n })))
 }
-
-// connWatch learns, through net/http/httptrace, whether an attempt got a
-// connection: one that did not cannot have reached the server.
-type connWatch struct {
-	asked atomic.Bool // GetConn: the transport reports its connections
-	got   atomic.Bool // GotConn
-	trace httptrace.ClientTrace
-}
-
-// watchConns returns a copy of req whose context reports its attempts'
-// connections to the returned watch. A trace of the caller's is
-// composed with it by httptrace.
-func watchConns(req *http.Request) (*connWatch, *http.Request) {
-	w := &connWatch{}
-	w.trace.GetConn = func(string) { w.asked.Store(true) }
-	w.trace.GotConn = func(httptrace.GotConnInfo) { w.got.Store(true) }
-	return w, req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace))
-}
-
-// reset forgets the last attempt's connection.
-func (w *connWatch) reset() {
-	w.asked.Store(false)
-	w.got.Store(false)
-}
-
-// notConnected reports whether the attempt is known to have got no
-// connection: the transport began to look for one (net/http's, and
-// x/net/http2's, report GetConn first) and never got it. A transport
-// that reports neither (an HTTP/3 or custom transport, a fake) proves
-// nothing: the request may have reached the server.
-func (w *connWatch) notConnected() bool { return w.asked.Load() && !w.got.Load() }
 
 func attemptEvent(req *http.Request, n int, resp *http.Response, err error, d time.Duration) policy.AttemptEvent {
 	return policy.AttemptEvent{Request: req, Attempt: n, Status: status(resp), Err: err, Duration: d}
