@@ -3,9 +3,11 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"github.com/redis/rueidis"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -405,7 +407,7 @@ func TestFleetBudgetCluster(t *testing.T) {
 		for i := range 20 {
 			time.Sleep(25 * time.Millisecond) // past a refresh: a refusal holds until the next
 			s := stores[i%2]
-			s.Request(h, time.Now())
+			s.Request(h, time.Now(), rule)
 			if ok, decided := s.Retry(h, time.Now(), rule); !decided {
 				t.Fatalf("%s: the fleet did not decide", h)
 			} else if ok {
@@ -446,4 +448,63 @@ func TestFleetBudgetMalformed(t *testing.T) {
 	if err := log.find(nil, "sturdy:bud:{"+host+"}"); err == nil {
 		t.Errorf("no error named the key")
 	}
+}
+
+// A process that counts operations but has not retried yet sends them
+// under the rule of the budget that counted them: its operations add to
+// the fleet's budget, and take away none of the retries other processes
+// were granted.
+func TestFleetBudgetOperationsBeforeRetries(t *testing.T) {
+	redis := redisproc.StartT(t)
+	quiet, retrying := newFleet(t, redis, fleet.Options{}).Budgets(), newFleet(t, redis, fleet.Options{}).Budgets()
+	rule := policy.BudgetRule{Ratio: 1, MinRetries: 2, Window: time.Minute}
+	allowed := 0
+	retry := func(n int) {
+		for range n {
+			time.Sleep(25 * time.Millisecond) // past a refresh: a refusal holds until the next
+			if ok, decided := retrying.Retry(host, time.Now(), rule); !decided {
+				t.Fatalf("the fleet did not decide")
+			} else if ok {
+				allowed++
+			}
+		}
+	}
+	retry(5)
+	if got, want := allowed, rule.MinRetries; got != want {
+		t.Fatalf("retries before any operation: got %d, want %d", got, want)
+	}
+	const ops = 5
+	b := &policy.Budget{Ratio: rule.Ratio, MinRetries: rule.MinRetries, Window: rule.Window, Store: quiet}
+	for range ops {
+		b.Request(host, time.Now())
+	}
+	// The quiet process's refresh sends its operations.
+	c := newClient(t, redis)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if budgetOps(t, c) >= ops {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the quiet process's %d operations did not reach Redis in 5s", ops)
+		}
+	}
+	retry(2 * ops)
+	if got, want := float64(allowed), rule.Allowance(ops); got != want {
+		t.Errorf("retries: got %.0f, want %.0f (MinRetries + Ratio × the quiet process's operations)", got, want)
+	}
+}
+
+// budgetOps returns the operations counted in the budget of host.
+func budgetOps(t *testing.T, c rueidis.Client) int {
+	m, err := redisDo(t, c, "HGETALL", "sturdy:bud:{"+host+"}").AsIntMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for k, v := range m {
+		if strings.HasPrefix(k, "o:") {
+			n += int(v)
+		}
+	}
+	return n
 }
