@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -226,10 +227,15 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 		killAt  = 800 * time.Millisecond
 		downFor = 800 * time.Millisecond
 		after   = 1600 * time.Millisecond // the run goes on this long once Redis is back
+		// or longer, until every process has had a retry decided by the
+		// fleet again, but no longer than maxAfter
+		maxAfter = 10 * time.Second
 	)
 	type proc struct {
+		f       *fleet.Fleet
 		store   *observed
 		rt      http.RoundTripper
+		downs   int64 // Redis taken as unreachable, until rejoin-downFor after the return
 		ops     atomic.Int64
 		retries atomic.Int64 // until the restart
 		opsTill atomic.Int64 // operations until the restart
@@ -248,7 +254,7 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { f.Close() })
-		p := &proc{store: &observed{BudgetStore: f.Budgets()}}
+		p := &proc{f: f, store: &observed{BudgetStore: f.Budgets()}}
 		p.rt = transport.New(transport.Options{
 			Retry: policy.Retry{
 				MaxAttempts: 4,
@@ -302,8 +308,29 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 	for _, p := range ps {
 		p.atKill = p.retries.Load()
 	}
+	// lag is how late a goroutine woke while Redis was down: on a loaded
+	// machine, a retry's wait on Redis ends that late after Timeout.
+	var lag atomic.Int64
+	lagDone := make(chan struct{})
+	var lagWG sync.WaitGroup
+	lagWG.Go(func() {
+		for {
+			select {
+			case <-lagDone:
+				return
+			default:
+			}
+			start := time.Now()
+			time.Sleep(5 * time.Millisecond)
+			if l := int64(time.Since(start) - 5*time.Millisecond); l > lag.Load() {
+				lag.Store(l)
+			}
+		}
+	})
 	down(redis)
 	time.Sleep(downFor)
+	close(lagDone)
+	lagWG.Wait()
 	if err := back(redis); err != nil {
 		t.Fatal(err)
 	}
@@ -313,15 +340,44 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 	hitsAtRestart.Store(srv.hits.Load())
 	opsAtRestart.Store(ops.Load())
 	backAt.Store(int64(time.Since(runStart)))
-	endAt.Store(backAt.Load() + int64(after))
-	wg.Wait()
-
+	endAt.Store(backAt.Load() + int64(maxAfter))
 	returned := time.Duration(backAt.Load())
-	rule := (&policy.Budget{Window: time.Minute}).Rule()
 	// RefreshInterval + Timeout, and this machine's slack: with -race on
 	// two shared cores, a resumed Redis takes a while to answer the
 	// backlog of every client.
 	const rejoin = 100*time.Millisecond + timeout + 800*time.Millisecond
+	// A call that fails takes Redis as unreachable for RefreshInterval +
+	// 2 × Timeout (markedDown): a retry decided locally from rejoin on
+	// follows a call that failed from rejoin-markedDown on.
+	const markedDown = 100*time.Millisecond + 2*timeout
+	time.Sleep(time.Until(runStart.Add(returned + rejoin - markedDown)))
+	for _, p := range ps {
+		p.downs = p.f.Downs()
+	}
+	// The run goes on for after, or until every process has had a retry
+	// decided by the fleet from rejoin on: a loaded machine can keep
+	// Redis's answers past Timeout for a while after its return.
+	for time.Since(runStart) < returned+maxAfter {
+		time.Sleep(50 * time.Millisecond)
+		if time.Since(runStart) < returned+after {
+			continue
+		}
+		rejoined := 0
+		for _, p := range ps {
+			p.store.mu.Lock()
+			if slices.ContainsFunc(p.store.decisions, func(d decision) bool { return d.ok && d.at >= returned+rejoin }) {
+				rejoined++
+			}
+			p.store.mu.Unlock()
+		}
+		if rejoined == len(ps) {
+			break
+		}
+	}
+	endAt.Store(int64(time.Since(runStart)))
+	wg.Wait()
+
+	rule := (&policy.Budget{Window: time.Minute}).Rule()
 	var lastLocal time.Duration
 	for i, p := range ps {
 		p.store.mu.Lock()
@@ -351,16 +407,22 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 			t.Errorf("process %d: no retry decided on its own budget while Redis was down", i)
 		}
 		// Back on the fleet's budget. A call that runs past the 100ms
-		// Timeout on this loaded machine sends a process returned to its own
-		// budget until the next refresh: allow a few such.
-		if sharedAfter == 0 || localAfter*5 > sharedAfter {
-			t.Errorf("process %d: %d retries decided by the fleet and %d locally from %v after Redis was returned, want (nearly) all by the fleet",
-				i, sharedAfter, localAfter, rejoin)
+		// Timeout (as on a loaded machine) sends a process back to its
+		// own budget for a while, as it should: a retry decided locally
+		// then is one that follows such a call.
+		failedAfter := p.f.Downs() - p.downs
+		if sharedAfter == 0 || (localAfter > 0 && failedAfter == 0) {
+			t.Errorf("process %d: %d retries decided by the fleet and %d locally from %v after Redis was returned (to %v), with %d calls failing from %v; want the fleet to decide, and locally only after a failed call",
+				i, sharedAfter, localAfter, rejoin, time.Duration(endAt.Load())-returned, failedAfter, rejoin-markedDown)
 		}
-		// Timeout, and this machine's slack: two cores shared by many
-		// processes, under -race, wake a goroutine late at times.
-		if slowest > timeout+250*time.Millisecond {
-			t.Errorf("process %d: a retry waited %v on Redis, want at most Timeout %v", i, slowest, timeout)
+		if localAfter > 0 {
+			t.Logf("process %d: %d retries decided locally from %v after Redis was returned, after %d calls to Redis failed", i, localAfter, rejoin, failedAfter)
+		}
+		// Timeout, and how late a goroutine woke meanwhile: two cores
+		// shared by many processes, under -race, wake one late at times.
+		if slowest > timeout+time.Duration(lag.Load())+50*time.Millisecond {
+			t.Errorf("process %d: a retry waited %v on Redis, want at most Timeout %v (+ %v, the latest wake-up while Redis was down)",
+				i, slowest, timeout, time.Duration(lag.Load()).Round(time.Millisecond))
 		}
 		// Its own budget held: while Redis was down it retried only while
 		// its own count (the fleet's grants included) was under its own
@@ -381,8 +443,19 @@ func testBudgetRedisDown(t *testing.T, down, back func(*redisproc.Server) error)
 	retriesAfter := srv.hits.Load() - hitsAtRestart.Load() - (ops.Load() - opsAtRestart.Load())
 	want := rule.Allowance(int(ops.Load() - opsAtRestart.Load()))
 	t.Logf("after the restart: %d operations, %d retries; the fleet's rule allows %.0f", ops.Load()-opsAtRestart.Load(), retriesAfter, want)
-	if float64(retriesAfter) > want*1.1 {
-		t.Errorf("retries after the restart: got %d, want at most %.0f (+10%%: some were leased before it)", retriesAfter, want)
+	// A retry decided locally after the return (a call that failed then)
+	// is on the process's own counts, not the fleet's: each may add one.
+	localSince := 0
+	for _, p := range ps {
+		for _, d := range p.store.decisions {
+			if !d.ok && d.at >= returned {
+				localSince++
+			}
+		}
+	}
+	if float64(retriesAfter) > want*1.1+float64(localSince) {
+		t.Errorf("retries after the restart: got %d, want at most %.0f (+10%%: some were leased before it) + %d decided locally",
+			retriesAfter, want, localSince)
 	}
 }
 
