@@ -150,16 +150,28 @@ func TestFleetBudgetTenProcesses(t *testing.T) {
 			// A call to Redis slower than Timeout (1s) sends a process to
 			// its own budget for that retry: none should on this run, but
 			// a loaded machine under -race has seen it.
-			fallbacks := 0
+			fallbacks, byFleet := 0, 0
 			for _, o := range stores {
 				for _, d := range o.decisions {
-					if !d.ok {
+					switch {
+					case !d.ok:
 						fallbacks++
+					case d.allowed:
+						byFleet++
 					}
 				}
 			}
 			if fallbacks > 0 {
 				t.Logf("%d retries decided by a process's own budget: Redis did not answer within Timeout", fallbacks)
+			}
+			// What the fleet allowed is within its rule, whatever the
+			// machine's load; the host saw those and at most one more
+			// per retry decided by a process's own budget.
+			if float64(byFleet) > wantFleet {
+				t.Errorf("retries the fleet allowed: got %d, want at most %.0f", byFleet, wantFleet)
+			}
+			if got := fl.retries; got > int64(byFleet+fallbacks) {
+				t.Errorf("retries the host saw: got %d, want at most the %d the fleet allowed and %d decided locally", got, byFleet, fallbacks)
 			}
 			if got := float64(fl.retries); got > wantFleet+float64(fallbacks) || got < 0.9*wantFleet {
 				t.Errorf("retries with the fleet's budget: got %.0f, want within 10%% under %.0f", got, wantFleet)
@@ -181,7 +193,8 @@ type observed struct {
 
 type decision struct {
 	at, took time.Duration // from the run's start
-	ok       bool
+	ok       bool          // the fleet decided
+	allowed  bool          // and allowed the retry
 }
 
 var runStart time.Time
@@ -190,7 +203,7 @@ func (o *observed) Retry(key string, now time.Time, rule policy.BudgetRule) (boo
 	start := time.Now()
 	allowed, ok := o.BudgetStore.Retry(key, now, rule)
 	o.mu.Lock()
-	o.decisions = append(o.decisions, decision{at: start.Sub(runStart), took: time.Since(start), ok: ok})
+	o.decisions = append(o.decisions, decision{at: start.Sub(runStart), took: time.Since(start), ok: ok, allowed: allowed})
 	o.mu.Unlock()
 	return allowed, ok
 }
