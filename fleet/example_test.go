@@ -63,7 +63,8 @@ func ExampleFleet_Budgets() {
 
 // Servers whose Redis fails over to a replica keep each key's lock:
 // the handler runs only once a replica has it, or the request is refused
-// with 503 and Retry-After.
+// with 503 and Retry-After. Through Sentinel that is the default (one
+// replica); Replicas says how many.
 func ExampleIdempotencyOptions_replicas() {
 	client, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress: []string{"localhost:26379"}, // the sentinels
@@ -73,7 +74,7 @@ func ExampleIdempotencyOptions_replicas() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	store := fleet.NewIdempotencyStore(client, fleet.IdempotencyOptions{Replicas: 1})
+	store := fleet.NewIdempotencyStore(client, fleet.IdempotencyOptions{})
 	charges := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	})

@@ -50,12 +50,12 @@ type IdempotencyOptions struct {
 	// handler, so that a failover that promotes one of them keeps the
 	// lock. A lock not acknowledged within Timeout is given up, and Begin
 	// fails with an error that wraps [ErrNotReplicated]: the handler
-	// answers 503 with Retry-After and does not run. Set it to the
-	// replicas that a failover may promote (all of them, for a
-	// guarantee: Sentinel may promote any). Zero or negative, the
-	// default, waits for none: a Redis without replicas could never
-	// acknowledge, and every keyed request would be refused. The promise
-	// then holds while the primary does not fail over.
+	// answers 503 with Retry-After and does not run. Zero, the default,
+	// means 1 when the client talks to Redis through Sentinel (a
+	// deployment that promotes replicas) and none otherwise; negative
+	// means none: at most once then holds only while the primary does not
+	// fail over. Under Sentinel, run at least two replicas, so that a
+	// promoted primary keeps one to acknowledge.
 	Replicas int
 }
 
@@ -112,7 +112,7 @@ const maxAbandoning = 64
 // that client talks to. The client stays the caller's to close.
 func NewIdempotencyStore(client rueidis.Client, o IdempotencyOptions) *IdempotencyStore {
 	s := &IdempotencyStore{client: client, prefix: o.Prefix, maxBytes: o.MaxStoredBytes, timeout: o.Timeout,
-		replicas: max(o.Replicas, 0), abandoning: make(chan struct{}, maxAbandoning)}
+		replicas: replicasFor(client, o.Replicas), abandoning: make(chan struct{}, maxAbandoning)}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -126,6 +126,21 @@ func NewIdempotencyStore(client rueidis.Client, o IdempotencyOptions) *Idempoten
 }
 
 var _ idempotency.Store = (*IdempotencyStore)(nil)
+
+// replicasFor returns how many replicas a store waits for: n when
+// positive, none when negative, and for zero 1 under a Sentinel client,
+// whose primary may be replaced by a replica, none otherwise.
+func replicasFor(client rueidis.Client, n int) int {
+	switch {
+	case n > 0:
+		return n
+	case n < 0:
+		return 0
+	case client.Mode() == rueidis.ClientModeSentinel:
+		return 1
+	}
+	return 0
+}
 
 // The scripts answer with a status letter: a(cquired), i(n flight),
 // c(ompleted), l(ost), d(one), x (malformed: a hash fleet did not write),

@@ -156,18 +156,20 @@ func info(c rueidis.Client, field string) string {
 // concurrently, then the primary is killed and sentinel promotes a
 // replica. Every key is sent again after the failover, as clients that
 // lost a response do. Waiting for a replica's acknowledgement (Replicas
-// 1), no key's handler runs twice: the requests that reach a lagging
-// replica or the failover are refused with 503 and Retry-After, and run
-// once when sent again; none is lost. Without it (Replicas 0), the locks
-// and responses the replica never got are lost in the promotion and
-// their keys run again: the row that shows the test can fail.
+// 1, and the default under a Sentinel client), no key's handler runs
+// twice: the requests that reach a lagging replica or the failover are
+// refused with 503 and Retry-After, and run once when sent again; none
+// is lost. Without it (Replicas -1), the locks and responses the replica
+// never got are lost in the promotion and their keys run again: the row
+// that shows the test can fail.
 func TestIdempotencyFailover(t *testing.T) {
 	tests := []struct {
 		replicas  int
 		twiceWant bool // some key runs twice
 	}{
 		{replicas: 1, twiceWant: false},
-		{replicas: 0, twiceWant: true},
+		{replicas: 0, twiceWant: false}, // the default: 1 under Sentinel
+		{replicas: -1, twiceWant: true},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("replicas=%d", tt.replicas), func(t *testing.T) {

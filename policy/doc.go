@@ -10,6 +10,8 @@
 //   - Which errors are the caller's own? [IsCallerError].
 //   - What follows an attempt, and why? [Retry.Next] and [Reason].
 //   - How many retries can a host take? [Budget].
+//   - How many requests may be in flight to a host at once?
+//     [Concurrency].
 //
 // Nothing here does I/O or reads the clock. Functions that need the time
 // take a now argument, so every decision is tested without a network.

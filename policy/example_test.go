@@ -50,3 +50,34 @@ func Example() {
 	// POST 429: retry after 200ms (status 429)
 	// GET 404: stop: final outcome (status 404)
 }
+
+// A host's limit falls when its latency rises past Tolerance times its
+// healthy level, and the reference it is judged against does not follow
+// the latency up while the host is pressed.
+func ExampleConcurrencyLimit() {
+	start := time.Now()
+	l := (&policy.Concurrency{Initial: 20}).NewLimit(start)
+	now := start
+	serve := func(rtt time.Duration) {
+		for range 20 { // 20 requests at once, each answered after rtt
+			if ok, _ := l.Acquire(); !ok {
+				l.Full()
+			}
+		}
+		now = now.Add(rtt)
+		for range l.InFlight() {
+			l.Release(now, rtt, policy.ConcurrencyServed)
+		}
+	}
+	for range 50 {
+		serve(20 * time.Millisecond)
+	}
+	fmt.Println("healthy:", l.Limit() >= 20, l.Reference())
+	for range 50 {
+		serve(100 * time.Millisecond)
+	}
+	fmt.Println("slow:", l.Limit() < 10, l.Reference())
+	// Output:
+	// healthy: true 20ms
+	// slow: true 20ms
+}

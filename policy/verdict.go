@@ -54,13 +54,18 @@ func Judge(o Outcome) Verdict {
 // code c, for callers that have a response and no error.
 func JudgeStatus(c int) Verdict {
 	v := Verdict{Sent: true, Host: HostHealthy}
-	v.Accepted = c < 500 && c != http.StatusTooManyRequests
+	v.Accepted = StatusAccepted(c)
 	v.Overloaded = c == http.StatusServiceUnavailable || c == 529
 	if c >= 500 {
 		v.Host = HostFailing
 	}
 	return v
 }
+
+// StatusAccepted reports whether a response with the status code c
+// shows the server took the request: a status under 500 other than 429
+// ([Verdict].Accepted).
+func StatusAccepted(c int) bool { return c < 500 && c != http.StatusTooManyRequests }
 
 // judgeFailure is Judge's verdict on an error, or on no response.
 func judgeFailure(o *Outcome) Verdict {

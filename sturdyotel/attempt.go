@@ -289,7 +289,7 @@ func redactedURL(u *url.URL) string {
 }
 
 // errorType is error.type for err: a word for sturdy's refusals
-// ("circuit_open", "throttled", "quota_exhausted"), "canceled" or
+// ("circuit_open", "throttled", "quota_exhausted", "concurrency_limit"), "canceled" or
 // "timeout" for a context's end or a network timeout, else the error's
 // type, as the conventions suggest.
 func errorType(err error) attribute.KeyValue {
@@ -301,6 +301,8 @@ func errorType(err error) attribute.KeyValue {
 		return semconv.ErrorTypeKey.String("throttled")
 	case errors.Is(err, ratelimit.ErrQuotaExhausted):
 		return semconv.ErrorTypeKey.String("quota_exhausted")
+	case errors.Is(err, transport.ErrConcurrencyLimit):
+		return semconv.ErrorTypeKey.String("concurrency_limit")
 	case errors.Is(err, context.Canceled):
 		return semconv.ErrorTypeKey.String("canceled")
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():

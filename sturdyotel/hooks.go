@@ -20,11 +20,12 @@ import (
 
 // instruments are sturdy's counters; a nil one records nothing.
 type instruments struct {
-	attempts, retries, giveUps, budget           metric.Int64Counter
-	hedges, hedgesWon, hedgesCanceled            metric.Int64Counter
-	breakerChanges, breakerRefusals              metric.Int64Counter
-	quotaWaits, quotaRejections, throttleRejects metric.Int64Counter
-	streams, ejections, failovers                metric.Int64Counter
+	attempts, retries, giveUps, budget                 metric.Int64Counter
+	hedges, hedgesWon, hedgesCanceled                  metric.Int64Counter
+	breakerChanges, breakerRefusals                    metric.Int64Counter
+	quotaWaits, quotaRejections, throttleRejects       metric.Int64Counter
+	streams, concurrencyRefusals, ejections, failovers metric.Int64Counter
+	concurrencyLimit                                   metric.Int64Gauge
 }
 
 func newInstruments(m metric.Meter) instruments {
@@ -35,6 +36,14 @@ func newInstruments(m metric.Meter) instruments {
 			return nil
 		}
 		return c
+	}
+	gauge := func(name, unit, desc string) metric.Int64Gauge {
+		g, err := m.Int64Gauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err != nil {
+			otel.Handle(err)
+			return nil
+		}
+		return g
 	}
 	return instruments{
 		attempts:        counter(MetricAttempts, "{attempt}", "Attempts sent by sturdy's Retry, the first of each operation included."),
@@ -50,8 +59,11 @@ func newInstruments(m metric.Meter) instruments {
 		quotaRejections: counter(MetricQuotaRejections, "{request}", "Requests failed fast because their quota wait could not end in time."),
 		throttleRejects: counter(MetricThrottleRejections, "{request}", "Requests the adaptive throttle shed unsent."),
 		streams:         counter(MetricStreamReadAheads, "{stream}", "Streams read ahead to their first content event, committed or failed."),
-		ejections:       counter(MetricEjections, "{ejection}", "Addresses of a host ejected after failing."),
-		failovers:       counter(MetricFailovers, "{attempt}", "Attempts sent to an alternate origin."),
+		concurrencyRefusals: counter(MetricConcurrencyRefusals, "{request}",
+			"Requests refused unsent because their host's concurrency limit was full and their time did not allow a wait."),
+		concurrencyLimit: gauge(MetricConcurrencyLimit, "{request}", "A host's adaptive limit of requests in flight, when it changes."),
+		ejections:        counter(MetricEjections, "{ejection}", "Addresses of a host ejected after failing."),
+		failovers:        counter(MetricFailovers, "{attempt}", "Attempts sent to an alternate origin."),
 	}
 }
 
@@ -106,8 +118,9 @@ func (t *Telemetry) Hooks() transport.Hooks {
 					attribute.String(attrBreakerKey, ce.Key),
 					attribute.Int(attrAttempt, e.Attempt),
 					attribute.Float64(attrRetryIn, ce.RetryIn.Seconds()))...)
-			case errors.Is(e.Err, transport.ErrThrottled), errors.Is(e.Err, ratelimit.ErrQuotaExhausted):
-				// Unsent: OnThrottle and OnRateLimitReject report these.
+			case errors.Is(e.Err, transport.ErrThrottled), errors.Is(e.Err, ratelimit.ErrQuotaExhausted),
+				errors.Is(e.Err, transport.ErrConcurrencyLimit):
+				// Unsent: OnThrottle, OnRateLimitReject and OnConcurrencyRefuse report these.
 			default:
 				add(ctx, in.attempts, append(attrs, outcome(e.Status, e.Err)...))
 			}
@@ -203,6 +216,23 @@ func (t *Telemetry) Hooks() transport.Hooks {
 			ctx, attrs := requestAttrs(e.Request, 1)
 			add(ctx, in.throttleRejects, attrs)
 			event(ctx, EventThrottled, append(attrs, attribute.Float64(attrProb, e.Probability))...)
+		},
+		OnConcurrencyChange: func(e transport.ConcurrencyEvent) {
+			if g := in.concurrencyLimit; g != nil {
+				g.Record(context.Background(), int64(e.Limit), metric.WithAttributes(attribute.String(attrConcKey, e.Host)))
+			}
+		},
+		OnConcurrencyRefuse: func(e transport.ConcurrencyEvent) {
+			if quiet(reqContext(e.Request), in.concurrencyRefusals) {
+				return
+			}
+			ctx, attrs := requestAttrs(e.Request, 1)
+			add(ctx, in.concurrencyRefusals, attrs)
+			event(ctx, EventConcurrencyRefused, append(attrs,
+				attribute.String(attrConcKey, e.Host),
+				attribute.Int(attrConcLimit, e.Limit),
+				attribute.Int(attrConcInFlight, e.InFlight),
+				attribute.Float64(attrWait, e.Waited.Seconds()))...)
 		},
 		OnStreamCommit: func(e transport.StreamEvent) {
 			if quiet(reqContext(e.Request), in.streams) {

@@ -45,6 +45,13 @@ const (
 	// content event, by sturdy.stream.committed and the status an error
 	// event stood for.
 	MetricStreamReadAheads = "sturdy.client.stream.read_aheads"
+	// MetricConcurrencyRefusals counts requests refused unsent because
+	// their host's concurrency limit was full (Options.Concurrency).
+	MetricConcurrencyRefusals = "sturdy.client.concurrency.refusals"
+	// MetricConcurrencyLimit is a host's adaptive concurrency limit,
+	// recorded when it changes, by sturdy.concurrency.key; it carries no
+	// request attributes. A gauge.
+	MetricConcurrencyLimit = "sturdy.client.concurrency.limit"
 	// MetricEjections counts addresses that Endpoints.PerAddress ejected,
 	// by server.address, server.port and network.peer.address; they carry
 	// no request attributes.
@@ -80,6 +87,11 @@ const (
 	// EventStream: a stream's read ahead ended after sturdy.wait.duration:
 	// committed at its first content event, or failed before it.
 	EventStream = "sturdy.stream.first_event"
+	// EventConcurrencyRefused: a host's concurrency limit refused a
+	// request unsent, with sturdy.concurrency.limit and
+	// sturdy.concurrency.in_flight then and the sturdy.wait.duration it
+	// waited for a slot.
+	EventConcurrencyRefused = "sturdy.concurrency.refused"
 	// EventFailover: an attempt went to the alternate origin
 	// sturdy.failover.to, for sturdy.failover.reason.
 	EventFailover = "sturdy.failover"
@@ -87,24 +99,27 @@ const (
 
 // sturdy's attribute keys, all under the sturdy namespace.
 const (
-	attrAttempt     = "sturdy.attempt"                 // int: 1 for the first attempt
-	attrAttempts    = "sturdy.attempts"                // int: attempts made
-	attrCopy        = "sturdy.hedge.copy"              // int: 1 for the first copy of a race
-	attrElapsed     = "sturdy.hedge.elapsed"           // seconds since the race's first copy
-	attrKeyPresent  = "sturdy.idempotency_key.present" // bool: the attempt carries an idempotency key
-	attrRetryReason = "sturdy.retry.reason"            // the classifier's words: "status 503"
-	attrGiveUp      = "sturdy.give_up.reason"          // policy.Reason
-	attrWait        = "sturdy.wait.duration"           // seconds
-	attrWaitReason  = "sturdy.wait.reason"             // ratelimit's Reason constants
-	attrQuotaKey    = "sturdy.quota.key"               // the quota's key
-	attrBreakerKey  = "sturdy.breaker.key"             // the breaker's key
-	attrBreakerFrom = "sturdy.breaker.from"            // closed, open, half-open
-	attrBreakerTo   = "sturdy.breaker.to"              // closed, open, half-open
-	attrBreakerSt   = "sturdy.breaker.state"           // the refusing breaker's state
-	attrRetryIn     = "sturdy.breaker.retry_in"        // seconds until an open breaker probes
-	attrProb        = "sturdy.throttle.probability"    // the throttle's rejection probability
-	attrCommitted   = "sturdy.stream.committed"        // bool: a content event came, the stream was handed back
-	attrFailoverTo  = "sturdy.failover.to"             // the alternate origin an attempt went to
-	attrFailoverWhy = "sturdy.failover.reason"         // "circuit open", "attempt failed"
-	attrEjections   = "sturdy.endpoints.ejections"     // int: times the address was ejected
+	attrAttempt      = "sturdy.attempt"                 // int: 1 for the first attempt
+	attrAttempts     = "sturdy.attempts"                // int: attempts made
+	attrCopy         = "sturdy.hedge.copy"              // int: 1 for the first copy of a race
+	attrElapsed      = "sturdy.hedge.elapsed"           // seconds since the race's first copy
+	attrKeyPresent   = "sturdy.idempotency_key.present" // bool: the attempt carries an idempotency key
+	attrRetryReason  = "sturdy.retry.reason"            // the classifier's words: "status 503"
+	attrGiveUp       = "sturdy.give_up.reason"          // policy.Reason
+	attrWait         = "sturdy.wait.duration"           // seconds
+	attrWaitReason   = "sturdy.wait.reason"             // ratelimit's Reason constants
+	attrQuotaKey     = "sturdy.quota.key"               // the quota's key
+	attrBreakerKey   = "sturdy.breaker.key"             // the breaker's key
+	attrBreakerFrom  = "sturdy.breaker.from"            // closed, open, half-open
+	attrBreakerTo    = "sturdy.breaker.to"              // closed, open, half-open
+	attrBreakerSt    = "sturdy.breaker.state"           // the refusing breaker's state
+	attrRetryIn      = "sturdy.breaker.retry_in"        // seconds until an open breaker probes
+	attrProb         = "sturdy.throttle.probability"    // the throttle's rejection probability
+	attrCommitted    = "sturdy.stream.committed"        // bool: a content event came, the stream was handed back
+	attrFailoverTo   = "sturdy.failover.to"             // the alternate origin an attempt went to
+	attrFailoverWhy  = "sturdy.failover.reason"         // "circuit open", "attempt failed"
+	attrEjections    = "sturdy.endpoints.ejections"     // int: times the address was ejected
+	attrConcKey      = "sturdy.concurrency.key"         // the host key of a concurrency limit
+	attrConcLimit    = "sturdy.concurrency.limit"       // int: the limit
+	attrConcInFlight = "sturdy.concurrency.in_flight"   // int: requests in flight to the host
 )

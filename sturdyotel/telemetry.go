@@ -158,6 +158,8 @@ func join(a, b transport.Hooks) transport.Hooks {
 		OnCopyCanceled:       both(a.OnCopyCanceled, b.OnCopyCanceled),
 		OnThrottle:           both(a.OnThrottle, b.OnThrottle),
 		OnStreamCommit:       both(a.OnStreamCommit, b.OnStreamCommit),
+		OnConcurrencyChange:  both(a.OnConcurrencyChange, b.OnConcurrencyChange),
+		OnConcurrencyRefuse:  both(a.OnConcurrencyRefuse, b.OnConcurrencyRefuse),
 		OnEject:              both(a.OnEject, b.OnEject),
 		OnFailover:           both(a.OnFailover, b.OnFailover),
 	}

@@ -141,6 +141,10 @@ func metricLines(rm metricdata.ResourceMetrics) string {
 				for _, pt := range d.DataPoints {
 					lines = append(lines, fmt.Sprintf("%s{%s} = %d", m.Name, attrString(pt.Attributes.ToSlice()), pt.Value))
 				}
+			case metricdata.Gauge[int64]:
+				for _, pt := range d.DataPoints {
+					lines = append(lines, fmt.Sprintf("%s{%s} = %d", m.Name, attrString(pt.Attributes.ToSlice()), pt.Value))
+				}
 			case metricdata.Histogram[float64]:
 				for _, pt := range d.DataPoints {
 					lines = append(lines, fmt.Sprintf("%s{%s} count=%d sum=%g", m.Name, attrString(pt.Attributes.ToSlice()), pt.Count, pt.Sum))

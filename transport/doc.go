@@ -8,7 +8,7 @@
 //
 // Each layer is also a [Middleware] of its own, to compose with [Chain]:
 // [IdempotencyKey], [Deadline], [Retry], [Hedge], [RateLimitAware],
-// [Breaker] and [FirstEvent]. Every RoundTripper of the package is safe for
+// [Concurrency], [Breaker] and [FirstEvent]. Every RoundTripper of the package is safe for
 // concurrent use and never modifies the caller's request. Each forwards
 // CloseIdleConnections to its base, so [http.Client.CloseIdleConnections]
 // works through the stack.
@@ -18,11 +18,13 @@
 // New stacks, outermost first:
 //
 //	[Endpoints], IdempotencyKey, Deadline(Timeout), Retry, [Hedge], Alternates, [Throttle],
-//	RateLimitAware, Breaker, FirstEvent, Deadline(AttemptTimeout), [PropagateDeadline], [PerAddress] base
+//	RateLimitAware, [Concurrency], Breaker, FirstEvent, Deadline(AttemptTimeout), [PropagateDeadline],
+//	[PerAddress] base
 //
-// Hedge, Throttle and PropagateDeadline are there only when Options.Hedge,
-// Options.Throttle and Options.PropagateDeadline turn them on; the
-// Endpoints layers only when Options.Endpoints does. The layers do this:
+// Hedge, Throttle, Concurrency and PropagateDeadline are there only when
+// Options.Hedge, Options.Throttle, Options.Concurrency and
+// Options.PropagateDeadline turn them on; the Endpoints layers only when
+// Options.Endpoints does. The layers do this:
 //
 //   - IdempotencyKey gives a key to each operation that is vouched for:
 //     the caller's own key, or a host in Idempotency.Hosts. Every attempt
@@ -42,6 +44,13 @@
 //     what it is sent, with the default K of 2.
 //   - RateLimitAware holds requests back for their host's quota. A 429's
 //     Retry-After pauses every goroutine that talks to that host.
+//   - Concurrency bounds the attempts in flight to each host, and learns
+//     the bound from the host's latency and losses. A request that finds
+//     it full waits while its time allows, else fails unsent with
+//     [ErrConcurrencyLimit]. It sits beneath RateLimitAware, so that a
+//     request waiting for a quota holds no slot, and above Breaker and
+//     FirstEvent, so that its refusals are never judged by the breaker and
+//     a stream holds its slot until its first event.
 //   - Breaker fails fast with [ErrCircuitOpen] while a host is down. Retry
 //     does not retry that error.
 //   - FirstEvent hands a stream back at its first content event. An error

@@ -188,6 +188,15 @@ type Options struct {
 	// zero value uses [policy.DefaultStreamPreambles].
 	Stream policy.Stream
 
+	// Concurrency, when set, adds a [Concurrency] layer beneath
+	// RateLimitAware and above Breaker. It bounds the attempts in flight
+	// to each host and learns the bound from the host's latency and
+	// losses. A request that finds the bound full waits while its
+	// operation's time allows, else fails unsent with
+	// [ErrConcurrencyLimit]. Its zero value has the defaults of
+	// [policy.Concurrency]. Nil means no bound.
+	Concurrency *policy.Concurrency
+
 	// Endpoints says where requests to a host may go: a connection pool
 	// per address of the host, with failing addresses ejected, and
 	// alternate origins while one fails. Its zero value changes nothing
@@ -234,6 +243,12 @@ type Hooks struct {
 	// its first content event, or at an error event, an end or a stall
 	// before it (see Options.FirstEventTimeout).
 	OnStreamCommit func(StreamEvent)
+	// OnConcurrencyChange is called when a host's concurrency limit
+	// changes (see Options.Concurrency).
+	OnConcurrencyChange func(ConcurrencyEvent)
+	// OnConcurrencyRefuse is called when a request is refused unsent
+	// because its host's concurrency limit was full.
+	OnConcurrencyRefuse func(ConcurrencyEvent)
 	// OnEject is called when Endpoints.PerAddress ejects an address.
 	OnEject func(EjectionEvent)
 	// OnFailover is called for each attempt sent to an alternate origin
@@ -246,7 +261,10 @@ type Hooks struct {
 //	IdempotencyKey, Deadline(Timeout), Retry, RateLimitAware, Breaker, FirstEvent, Deadline(AttemptTimeout), base
 //
 // Options.Hedge adds [Hedge], then Options.Throttle adds [Throttle],
-// between Retry and RateLimitAware. Options.Endpoints adds a layer
+// between Retry and RateLimitAware. Options.Concurrency adds
+// [Concurrency] between RateLimitAware and Breaker: each attempt takes a
+// slot after its quota wait, and a stream holds it until its first
+// event. Options.Endpoints adds a layer
 // outermost, its alternates above Throttle, and its per-address pools
 // beneath everything. Options.PropagateDeadline adds
 // [PropagateDeadline] just above base. Options.Disable switches layers off.
@@ -356,6 +374,9 @@ func Layers(o Options) []Middleware {
 		r.OnWait = both(r.OnWait, h.OnRateLimitWait)
 		r.OnReject = both(r.OnReject, h.OnRateLimitReject)
 		mws = append(mws, RateLimitTracker(ratelimit.NewTrackerOn(r, reg))) // its quotas beside the breakers
+	}
+	if o.Concurrency != nil {
+		mws = append(mws, concurrencyMiddleware(o.Concurrency, reg, h))
 	}
 	if on(LayerBreaker) && o.GoBreaker != nil {
 		mws = append(mws, GoBreaker(*o.GoBreaker)) // gobreaker's circuits in place of the default ones

@@ -292,7 +292,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 			err = errNilResponse
 		}
 		answered(resp, r)
-		if c.onAttempt != nil {
+		if c.onAttempt != nil && !concurrencyRefused(err) { // a request refused for the limit is no attempt
 			c.onAttempt(attemptEvent(req, n, resp, err, time.Since(start)))
 		}
 		if err != nil && free < maxFreeResends {

@@ -28,6 +28,9 @@ const (
 	attrCopy     = "sturdy.hedge.copy"
 	attrElapsed  = "sturdy.hedge.elapsed"
 	attrProb     = "sturdy.throttle.probability"
+	attrLimFrom  = "sturdy.concurrency.from"
+	attrLimit    = "sturdy.concurrency.limit"
+	attrInFlight = "sturdy.concurrency.in_flight"
 	attrPeer     = "network.peer.address"
 	attrEjected  = "sturdy.ejections"
 	attrEjection = "sturdy.ejection"
@@ -44,6 +47,8 @@ const (
 	msgHedgeWon        = "sturdy: hedge won"
 	msgCopyCanceled    = "sturdy: copy canceled"
 	msgThrottle        = "sturdy: throttle"
+	msgConcLimit       = "sturdy: concurrency limit"
+	msgConcRefuse      = "sturdy: concurrency refuse"
 	msgEject           = "sturdy: address ejected"
 	msgFailover        = "sturdy: failover"
 )
@@ -54,8 +59,10 @@ const (
 //   - Debug: attempts and canceled hedge copies.
 //   - Info: retries, rate-limit waits, hedges and their wins, failovers
 //     to alternate origins, and breaker changes other than opening.
-//   - Warn: give-ups, rate-limit rejections, throttled requests, breakers
-//     opening and addresses ejected.
+//   - Warn: give-ups, rate-limit rejections, throttled requests, requests
+//     refused for a concurrency limit, breakers opening and addresses
+//     ejected.
+//   - Concurrency limits' changes are logged at Debug.
 //
 // An event at a level that l does not enable costs only the enabled check.
 // The messages and attribute keys are stable: dashboards and alerts may rely
@@ -73,6 +80,8 @@ const (
 //	"sturdy: hedge won"              sturdy.hedge.copy, sturdy.hedge.elapsed, http.response.status_code
 //	"sturdy: copy canceled"          sturdy.hedge.copy, sturdy.hedge.elapsed
 //	"sturdy: throttle"               sturdy.key, sturdy.throttle.probability
+//	"sturdy: concurrency limit"      sturdy.key, sturdy.concurrency.from, sturdy.concurrency.limit, sturdy.concurrency.in_flight
+//	"sturdy: concurrency refuse"     sturdy.key, sturdy.concurrency.limit, sturdy.concurrency.in_flight, sturdy.wait
 //	"sturdy: address ejected"        sturdy.key (host:port), network.peer.address, sturdy.failures, sturdy.ejections, sturdy.ejection (how long)
 //	"sturdy: failover"               sturdy.key (the request's origin), sturdy.origin (the alternate), sturdy.reason
 //
@@ -156,6 +165,16 @@ func SlogHooks(l *slog.Logger) Hooks {
 		OnCopyCanceled: func(e policy.HedgeEvent) {
 			if ctx, ok := on(slog.LevelDebug, e.Request); ok {
 				log(ctx, slog.LevelDebug, msgCopyCanceled, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
+			}
+		},
+		OnConcurrencyChange: func(e ConcurrencyEvent) {
+			if ctx, ok := on(slog.LevelDebug, nil); ok {
+				log(ctx, slog.LevelDebug, msgConcLimit, nil, slog.String(attrKey, e.Host), slog.Int(attrLimFrom, e.From), slog.Int(attrLimit, e.Limit), slog.Int(attrInFlight, e.InFlight))
+			}
+		},
+		OnConcurrencyRefuse: func(e ConcurrencyEvent) {
+			if ctx, ok := on(slog.LevelWarn, e.Request); ok {
+				log(ctx, slog.LevelWarn, msgConcRefuse, e.Request, slog.String(attrKey, e.Host), slog.Int(attrLimit, e.Limit), slog.Int(attrInFlight, e.InFlight), slog.Duration(attrWait, e.Waited))
 			}
 		},
 		OnThrottle: func(e ThrottleEvent) {

@@ -56,6 +56,12 @@ func TestSlogHooks(t *testing.T) {
 		{"throttle", func(h Hooks) {
 			h.OnThrottle(ThrottleEvent{Request: req, Host: "https://api.test:8443", Probability: 0.25})
 		}, "WARN", map[string]any{"msg": msgThrottle, attrKey: "https://api.test:8443", attrProb: 0.25}},
+		{"concurrency limit", func(h Hooks) {
+			h.OnConcurrencyChange(ConcurrencyEvent{Host: "https://api.test:8443", From: 20, Limit: 18, InFlight: 20})
+		}, "DEBUG", map[string]any{"msg": msgConcLimit, attrKey: "https://api.test:8443", attrLimFrom: 20.0, attrLimit: 18.0, attrInFlight: 20.0}},
+		{"concurrency refuse", func(h Hooks) {
+			h.OnConcurrencyRefuse(ConcurrencyEvent{Request: req, Host: "https://api.test:8443", From: 12, Limit: 12, InFlight: 12, Waited: 30 * time.Millisecond})
+		}, "WARN", map[string]any{"msg": msgConcRefuse, attrKey: "https://api.test:8443", attrLimit: 12.0, attrInFlight: 12.0, attrWait: 3e7}},
 		{"address ejected", func(h Hooks) {
 			h.OnEject(EjectionEvent{Host: "api.test:8443", Address: "10.0.0.2", Failures: 5, Ejections: 2, Duration: time.Minute})
 		}, "WARN", map[string]any{"msg": msgEject, attrKey: "api.test:8443", attrPeer: "10.0.0.2", attrFailures: 5.0, attrEjected: 2.0, attrEjection: 6e10}},
@@ -78,7 +84,7 @@ func TestSlogHooks(t *testing.T) {
 			}
 			delete(got, "level")
 			want := tt.want
-			if want["msg"] != msgBreaker && want["msg"] != msgEject { // every event but a breaker's and an ejection's has a request
+			if want["msg"] != msgBreaker && want["msg"] != msgEject && want["msg"] != msgConcLimit { // every event but a breaker's, an ejection's and a limit's has a request
 				want[attrMethod], want[attrServer], want[attrPath] = "POST", "api.test:8443", "/v1/charges"
 			}
 			if !reflect.DeepEqual(got, want) {

@@ -30,7 +30,16 @@
 // operations than asked, so the program warns and the chart draws that
 // stretch dotted instead of showing a drop that is not the client's doing.
 //
-//	go run ./examples/outage                  # about 35 s, with the build
+// A second part takes the outage away and asks more of a server than it
+// can serve: 8 workers of 20 ms (400 requests a second) behind a queue
+// that keeps working for callers who left, twice that demand (-overload),
+// operations bounded at 250 ms. The naive and backoff clients send every
+// request; the server's queue grows until it serves mostly callers who
+// have given up. sturdy, with Options.Concurrency, learns how many
+// requests the server takes at once, refuses the rest at once, and its
+// callers get nearly all the server can serve.
+//
+//	go run ./examples/outage                  # about 40 s, with the build
 //	go run ./examples/outage -svg outage.svg  # also writes the chart
 //	go run ./examples/outage -clients 1000 -run 20s -outage-start 5s -outage 10s
 //	go run ./examples/outage -capacity 0      # a server with no limit: nothing keeps it down
@@ -81,6 +90,10 @@ func mainErr(args []string, out io.Writer) error {
 	fs.Float64Var(&c.Capacity, "capacity", d.Capacity, "the server's capacity, as a multiple of the load the clients send when every operation succeeds at once; 0 means no limit")
 	fs.Float64Var(&c.OverloadCost, "overload-cost", d.OverloadCost, "the share of a request's work the server still spends on one it fails for overload")
 	fs.BoolVar(&c.Closed, "closed", false, "each client waits for its operation to end, then thinks, then starts the next (a client failing fast then starts more operations, so success rates do not compare)")
+	cc := defaultCapacityConfig()
+	fs.Float64Var(&cc.Load, "overload", cc.Load, "second part: demand as a multiple of what a server of 8 workers of 20 ms can serve; 0 skips the part")
+	fs.DurationVar(&cc.Run, "overload-run", cc.Run, "second part: how long each kind of client is measured, after half a second of warm-up")
+	fs.DurationVar(&cc.Deadline, "overload-deadline", cc.Deadline, "second part: each operation's deadline")
 	svg := fs.String("svg", "", "write the chart of the server's load to this file; empty writes none")
 	readme := fs.Bool("readme", false, "also write the chart to docs/outage.svg, the one the README shows (run from the repository root)")
 	fs.SetOutput(out)
@@ -97,6 +110,10 @@ func mainErr(args []string, out io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
+	if err := cc.validate(); err != nil {
+		return err
+	}
+	cc.Backoff = c.Backoff
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -165,6 +182,39 @@ func mainErr(args []string, out io.Writer) error {
 	if len(paths) == 0 {
 		fmt.Fprintln(out, "chart: -svg outage.svg writes the server's load over time to outage.svg")
 	}
+	if cc.Load > 0 {
+		return capacityPart(ctx, out, cc)
+	}
+	return nil
+}
+
+// capacityPart runs and prints the second part: no outage, but more
+// demand than the server can serve.
+func capacityPart(ctx context.Context, out io.Writer, cc capacityConfig) error {
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "Part two: more demand than the server can serve. A second local API has %d workers of %v each (%s requests\n"+
+		"a second) behind a queue that keeps working for callers who left. Callers start %s operations a second (%g× that,\n"+
+		"arriving at random, none waiting for another), each with a %v deadline, for %v after %v of warm-up:\n",
+		cc.Workers, cc.Service, thousands(int64(cc.capacity())), thousands(int64(cc.Load*cc.capacity())), cc.Load, cc.Deadline, cc.Run, cc.WarmUp)
+	for _, k := range kinds {
+		fmt.Fprintf(out, "  %-14s %s\n", k.String()+":", describeCapacity(k, cc))
+	}
+	fmt.Fprintln(out)
+	var rs []capacityResult
+	for _, k := range kinds {
+		fmt.Fprintf(out, "running %s... ", k)
+		r, err := runCapacity(ctx, cc, k, loopback)
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("outage: interrupted")
+		}
+		fmt.Fprintf(out, "%s operations\n", thousands(int64(r.ops)))
+		rs = append(rs, r)
+	}
+	fmt.Fprintln(out)
+	printCapacity(out, cc, rs)
 	return nil
 }
 

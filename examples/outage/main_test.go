@@ -147,6 +147,8 @@ func TestMainErrFlags(t *testing.T) {
 		{[]string{"-capacity", "-1"}, "-capacity"},
 		{[]string{"-overload-cost", "1.5"}, "-overload-cost"},
 		{[]string{"-no-such-flag"}, "no-such-flag"},
+		{[]string{"-overload", "-2"}, "-overload"},
+		{[]string{"-overload-run", "0s"}, "-overload-run"},
 	}
 	for _, tt := range tests {
 		var out bytes.Buffer

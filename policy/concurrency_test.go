@@ -1,0 +1,279 @@
+package policy
+
+import (
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// fakeHost is a host of finite capacity, as the limit sees it: workers
+// serve one request each in service; more requests in flight queue, so
+// a request's latency is service × in flight ÷ workers once they are
+// all busy.
+type fakeHost struct {
+	mu       sync.Mutex
+	workers  int
+	service  time.Duration
+	inFlight int
+	loss     bool // every attempt fails (a 503)
+}
+
+func (h *fakeHost) set(workers int, service time.Duration, loss bool) {
+	h.mu.Lock()
+	h.workers, h.service, h.loss = workers, service, loss
+	h.mu.Unlock()
+}
+
+// call is one attempt: it holds the host for its latency and reports it.
+func (h *fakeHost) call() (time.Duration, bool) {
+	h.mu.Lock()
+	h.inFlight++
+	d := h.service
+	if h.inFlight > h.workers {
+		d = h.service * time.Duration(h.inFlight) / time.Duration(h.workers)
+	}
+	loss := h.loss
+	h.mu.Unlock()
+	time.Sleep(d)
+	h.mu.Lock()
+	h.inFlight--
+	h.mu.Unlock()
+	return d, loss
+}
+
+// drive runs clients closed-loop callers against h through l for d: each
+// takes a slot (or waits a millisecond when the limit is full), calls
+// and releases.
+func drive(l *ConcurrencyLimit, h *fakeHost, clients int, d time.Duration) {
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				if ok, _ := l.Acquire(); !ok {
+					l.Full()
+					time.Sleep(2 * time.Millisecond)
+					continue
+				}
+				start := time.Now()
+				_, loss := h.call()
+				o := ConcurrencyServed
+				if loss {
+					o = ConcurrencyLoss
+				}
+				l.Release(time.Now(), time.Since(start), o)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestConcurrencyLimitFallsOnRisingLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := (&Concurrency{}).NewLimit(time.Now())
+		h := &fakeHost{workers: 8, service: 20 * time.Millisecond}
+		drive(l, h, 100, 5*time.Second)
+		healthy := l.Limit()
+		if healthy < 8 || healthy > 40 {
+			t.Fatalf("healthy limit = %d, want between the 8 workers and 40 (2× latency)", healthy)
+		}
+		h.set(8, 100*time.Millisecond, false) // the host slows down fivefold
+		drive(l, h, 100, 5*time.Second)
+		if got, want := l.Limit(), healthy/2; got > want {
+			t.Errorf("limit after latency rose 5× = %d, want at most %d (half of %d)", got, want, healthy)
+		}
+	})
+}
+
+func TestConcurrencyLimitFallsOnLosses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := (&Concurrency{Initial: 100}).NewLimit(time.Now())
+		h := &fakeHost{workers: 1000, service: 20 * time.Millisecond, loss: true}
+		drive(l, h, 50, 2*time.Second)
+		if got, want := l.Limit(), DefaultConcurrencyMin; got != want {
+			t.Errorf("limit after 2s of 503s = %d, want the minimum %d", got, want)
+		}
+	})
+}
+
+func TestConcurrencyLimitRisesWithHeadroomOnly(t *testing.T) {
+	tests := []struct {
+		name      string
+		clients   int
+		atLeast   int
+		atMost    int
+		pressedBy string
+	}{
+		{"demand beyond the limit", 200, 60, 1000, "the limit grows"},
+		{"demand within the limit", 3, 10, 10, "an unused limit stays"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := (&Concurrency{Initial: 10}).NewLimit(time.Now())
+				h := &fakeHost{workers: 100, service: 20 * time.Millisecond}
+				drive(l, h, tt.clients, 10*time.Second)
+				if got := l.Limit(); got < tt.atLeast || got > tt.atMost {
+					t.Errorf("%s: limit after 10s = %d, want in [%d, %d]", tt.pressedBy, got, tt.atLeast, tt.atMost)
+				}
+			})
+		})
+	}
+}
+
+func TestConcurrencyLimitIgnoresCancellations(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := (&Concurrency{}).NewLimit(time.Now())
+		h := &fakeHost{workers: 8, service: 20 * time.Millisecond}
+		drive(l, h, 100, 3*time.Second)
+		limit, ref := l.Limit(), l.Reference()
+		// Then only canceled attempts and hedges that lost, each held
+		// long, many at once: nothing to learn from.
+		for range 10000 {
+			if ok, _ := l.Acquire(); !ok {
+				t.Fatal("Acquire failed with nothing in flight")
+			}
+			time.Sleep(time.Millisecond)
+			l.Release(time.Now(), 5*time.Second, ConcurrencyIgnored)
+		}
+		if got := l.Limit(); got != limit {
+			t.Errorf("limit after 10,000 cancellations = %d, want %d as before", got, limit)
+		}
+		if got := l.Reference(); got != ref {
+			t.Errorf("reference after 10,000 cancellations = %v, want %v as before", got, ref)
+		}
+		if got := l.InFlight(); got != 0 {
+			t.Errorf("in flight = %d, want 0", got)
+		}
+	})
+}
+
+func TestConcurrencyLimitDoesNotDriftInALongIncident(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := (&Concurrency{}).NewLimit(time.Now())
+		h := &fakeHost{workers: 8, service: 20 * time.Millisecond}
+		drive(l, h, 100, 5*time.Second)
+		healthy, ref := l.Limit(), l.Reference()
+		// Ten minutes (twenty times Healthy) of a host five times slower,
+		// demand beyond it.
+		h.set(8, 100*time.Millisecond, false)
+		drive(l, h, 30, 10*time.Minute)
+		if got := l.Reference(); got > 2*ref {
+			t.Errorf("reference after a 10-minute incident = %v, want at most %v (healthy %v)", got, 2*ref, ref)
+		}
+		if got, want := l.Limit(), healthy/2; got > want {
+			t.Errorf("limit after a 10-minute incident = %d, want at most %d", got, want)
+		}
+		// The host recovers: the limit comes back.
+		h.set(8, 20*time.Millisecond, false)
+		drive(l, h, 100, 10*time.Second)
+		if got := l.Limit(); got < 8 {
+			t.Errorf("limit 10s after recovery = %d, want at least the 8 workers", got)
+		}
+	})
+}
+
+func TestConcurrencyReferenceRisesAfterACalm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := (&Concurrency{Healthy: 30 * time.Second}).NewLimit(time.Now())
+		h := &fakeHost{workers: 100, service: 20 * time.Millisecond}
+		drive(l, h, 4, 5*time.Second)
+		// The host's latency triples for good, under light load: a calm.
+		h.set(100, 60*time.Millisecond, false)
+		drive(l, h, 4, time.Minute)
+		if got := l.Reference(); got < 50*time.Millisecond {
+			t.Errorf("reference after a minute of calm at 60ms = %v, want about 60ms", got)
+		}
+	})
+}
+
+func TestConcurrencyOutcomeOf(t *testing.T) {
+	tests := []struct {
+		name     string
+		v        Verdict
+		status   int
+		canceled bool
+		want     ConcurrencyOutcome
+	}{
+		{"200", JudgeStatus(200), 200, false, ConcurrencyServed},
+		{"404", JudgeStatus(404), 404, false, ConcurrencyServed},
+		{"429", JudgeStatus(429), 429, false, ConcurrencyLoss},
+		{"503", JudgeStatus(503), 503, false, ConcurrencyLoss},
+		{"timeout", Verdict{Sent: true, Host: HostFailing}, 0, false, ConcurrencyLoss},
+		{"canceled", Verdict{Sent: true}, 0, true, ConcurrencyIgnored},
+		{"hedge lost with a 200", JudgeStatus(200), 200, true, ConcurrencyIgnored},
+		{"refused", Verdict{Refusal: ReasonCircuitOpen}, 0, false, ConcurrencyIgnored},
+		{"not processed", Verdict{Sent: true}, 0, false, ConcurrencyIgnored},
+	}
+	for _, tt := range tests {
+		if got := ConcurrencyOutcomeOf(tt.v, tt.status, tt.canceled); got != tt.want {
+			t.Errorf("%s: ConcurrencyOutcomeOf = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestConcurrencyBadSettings(t *testing.T) {
+	tests := []Concurrency{
+		{Initial: -1, Min: -5, Max: -3, Tolerance: -1, Backoff: 7, Healthy: -time.Second},
+		{Min: 50, Max: 10, Initial: 100},
+		{Max: 1 << 30},
+	}
+	for _, c := range tests {
+		l := c.NewLimit(time.Now())
+		n := c.normal()
+		if n.Min < 1 || n.Min > n.Max || n.Initial < n.Min || n.Initial > n.Max || n.Max > MaxConcurrencyLimit {
+			t.Errorf("%+v normalized to %+v, want 1 <= Min <= Initial <= Max <= %d", c, n, MaxConcurrencyLimit)
+		}
+		if got := l.Limit(); got != n.Initial {
+			t.Errorf("%+v: limit = %d, want %d", c, got, n.Initial)
+		}
+	}
+	var nilC *Concurrency
+	if got := nilC.NewLimit(time.Now()).Limit(); got != DefaultConcurrencyInitial {
+		t.Errorf("nil Concurrency: limit = %d, want %d", got, DefaultConcurrencyInitial)
+	}
+}
+
+func TestConcurrencyLimitTimesFewAttemptsOfABusyHost(t *testing.T) {
+	now := time.Now()
+	l := (&Concurrency{}).NewLimit(now)
+	timed := 0
+	const n = 200000
+	for range n {
+		ok, tm := l.Acquire()
+		if !ok {
+			t.Fatal("Acquire failed with nothing in flight")
+		}
+		now = now.Add(100 * time.Nanosecond) // 10 million requests a second, as in a benchmark
+		if tm {
+			timed++
+			l.Release(now, 100*time.Nanosecond, ConcurrencyServed)
+		} else {
+			l.Release(time.Time{}, 0, ConcurrencyUntimed)
+		}
+	}
+	if got := float64(timed) / n; got > 1.0/32 || got < 1.0/128 {
+		t.Errorf("timed %d of %d attempts (%.4f), want about 1 in 64", timed, n, got)
+	}
+	if got := l.InFlight(); got != 0 {
+		t.Errorf("in flight = %d, want 0", got)
+	}
+}
+
+func TestConcurrencyLimitKeepsLongSamples(t *testing.T) {
+	tests := []time.Duration{time.Microsecond, 3 * time.Millisecond, 200 * time.Second}
+	for _, rtt := range tests {
+		now := time.Now()
+		l := (&Concurrency{}).NewLimit(now)
+		for range 10 { // ten windows of one sample each
+			l.Acquire()
+			now = now.Add(max(rtt, time.Second))
+			l.Release(now, rtt, ConcurrencyServed)
+		}
+		got, want := l.Reference(), max(rtt, 4*time.Microsecond)
+		if got < want-4*time.Microsecond || got > want {
+			t.Errorf("reference after samples of %v = %v, want %v (to 4µs)", rtt, got, want)
+		}
+	}
+}

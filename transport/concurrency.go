@@ -1,0 +1,334 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/internal/hosts"
+	"github.com/sturdyhttp/sturdy/policy"
+)
+
+// ErrConcurrencyLimit is matched by errors.Is for every request that a
+// [Concurrency] layer refused unsent, because its host's limit of
+// requests in flight was full and the request's time did not allow it to
+// wait for a slot.
+var ErrConcurrencyLimit = errors.New("transport: concurrency limit")
+
+// ConcurrencyLimitError is the error of a request that a [Concurrency]
+// layer refused unsent. It matches [ErrConcurrencyLimit]; when the
+// request waited for a slot until its operation's time ran out, it
+// matches [context.DeadlineExceeded] too. [Retry] does not retry it, a
+// [Breaker] never sees it, and it is no attempt.
+type ConcurrencyLimitError struct {
+	Host     string        // the host key, as in "https://api.example.com"
+	Limit    int           // the host's limit when the request was refused
+	InFlight int           // the host's requests in flight then
+	Waited   time.Duration // how long the request waited for a slot
+	// Err is [context.DeadlineExceeded], or the operation's deadline
+	// error, when the request's time ran out while it waited; nil when
+	// it was refused at once.
+	Err error
+}
+
+// Error says what refused the request and the limit then.
+func (e *ConcurrencyLimitError) Error() string {
+	s := "transport: not sent: concurrency limit of " + e.Host + " full (limit " + strconv.Itoa(e.Limit) +
+		", " + strconv.Itoa(e.InFlight) + " in flight"
+	if e.Waited > 0 {
+		s += ", waited " + e.Waited.String()
+	}
+	s += ")"
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Is reports whether target is [ErrConcurrencyLimit].
+func (e *ConcurrencyLimitError) Is(target error) bool { return target == ErrConcurrencyLimit }
+
+// Unwrap returns Err.
+func (e *ConcurrencyLimitError) Unwrap() error { return e.Err }
+
+// Retriable returns false: the limit sheds load, and trying again at
+// once would defeat it.
+func (e *ConcurrencyLimitError) Retriable() bool { return false }
+
+// RefusedBy returns "concurrency limit": the request was refused unsent
+// (see [policy.Refusal]).
+func (e *ConcurrencyLimitError) RefusedBy() string { return string(policy.ReasonConcurrencyLimit) }
+
+// ConcurrencyEvent describes a change of a host's concurrency limit
+// (Request is nil) or a request refused by it.
+type ConcurrencyEvent struct {
+	Request  *http.Request // the refused request; nil for a change of limit
+	Host     string        // the host key
+	From     int           // the limit before a change; for a refusal, the limit
+	Limit    int           // the limit after a change; for a refusal, the limit
+	InFlight int           // the host's requests in flight
+	Waited   time.Duration // how long a refused request waited for a slot
+	Err      error         // a refusal's error, a [*ConcurrencyLimitError]
+}
+
+// Concurrency returns a middleware that bounds the requests in flight to
+// each host, and learns the bound from what the host does, with c's rule
+// (see [policy.Concurrency]; nil means its defaults). A request that
+// finds its host's limit full waits for a slot while its operation's
+// time allows (see [policy.ConcurrencyLimit.Wait]); otherwise it fails at
+// once, unsent, with a [*ConcurrencyLimitError].
+//
+// A request holds its slot until the layer beneath returns: until its
+// response headers, or, with a [FirstEvent] beneath, a stream's first
+// content event; never while its body is read. Canceled requests, hedges
+// that lost and requests refused by a layer beneath teach the limit
+// nothing. Place it inside [Retry] and [Hedge] (each attempt and copy
+// takes a slot), beneath [RateLimitAware] (a request waiting for a quota
+// holds no slot) and above [Breaker] (a request refused for the limit is
+// never judged by it) and [FirstEvent].
+//
+// Each call makes its own limits, one per host.
+func Concurrency(c *policy.Concurrency) Middleware {
+	return concurrencyMiddleware(c, nil, Hooks{})
+}
+
+func concurrencyMiddleware(c *policy.Concurrency, reg *hosts.Registry, h Hooks) Middleware {
+	if c == nil {
+		c = &policy.Concurrency{}
+	}
+	newState := func(k hosts.Key) *concHost {
+		return &concHost{lim: c.NewLimit(time.Now()), key: k.String()}
+	}
+	var slot *hosts.Slot[concHost]
+	if reg != nil {
+		slot = hosts.NewSlot(reg, newState, (*concHost).live)
+	}
+	if slot == nil {
+		slot = hosts.NewSlot(hosts.New(hosts.Options{}), newState, (*concHost).live)
+	}
+	cfg := &concConfig{slot: slot, onChange: h.OnConcurrencyChange, onRefuse: h.OnConcurrencyRefuse}
+	return func(next http.RoundTripper) http.RoundTripper {
+		return &concurrencyTransport{c: cfg, next: orDefault(next)}
+	}
+}
+
+type concConfig struct {
+	slot     *hosts.Slot[concHost]
+	onChange func(ConcurrencyEvent)
+	onRefuse func(ConcurrencyEvent)
+}
+
+type concurrencyTransport struct {
+	c    *concConfig
+	next http.RoundTripper
+}
+
+// concHost is one host's limit and the requests waiting for a slot.
+type concHost struct {
+	lim     *policy.ConcurrencyLimit
+	key     string
+	waiting atomic.Int32 // len(queue), read without the lock
+	mu      sync.Mutex
+	queue   []*concWaiter // last come, first served: see wait
+}
+
+// concWaiter is a request waiting for a slot: ready is closed when it
+// is granted one.
+type concWaiter struct {
+	ready   chan struct{}
+	granted bool // under the host's mu
+}
+
+// live reports whether h must be kept: requests hold or wait for its
+// slots.
+func (h *concHost) live(time.Time) bool {
+	return h.lim.InFlight() > 0 || h.waiting.Load() > 0
+}
+
+// CloseIdleConnections forwards to the next RoundTripper.
+func (t *concurrencyTransport) CloseIdleConnections() { closeIdle(t.next) }
+
+// RoundTrip sends req when its host has a slot free, or one frees while
+// its time allows; else it refuses it unsent.
+func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		return t.next.RoundTrip(req)
+	}
+	h := t.c.slot.GetURL(req.URL)
+	if h == nil { // the registry is full of hosts that must be kept: no limit
+		return t.next.RoundTrip(req)
+	}
+	ok, timed := h.lim.Acquire() // a busy host times one attempt in a few: reading the clock costs more than the rest
+	if !ok {
+		if err := t.wait(req, h); err != nil {
+			closeBody(req)
+			return nil, err
+		}
+		timed = true
+	}
+	var start time.Time
+	if timed {
+		start = time.Now()
+	}
+	released := false
+	defer func() {
+		if !released { // the RoundTripper beneath panicked: give the slot back
+			h.release(time.Time{}, 0, policy.ConcurrencyIgnored)
+		}
+	}()
+	resp, err := t.next.RoundTrip(req)
+	released = true
+	o := concOutcome(req, resp, err)
+	var end time.Time
+	var rtt time.Duration
+	switch {
+	case timed:
+		end = time.Now()
+		rtt = end.Sub(start)
+	case o == policy.ConcurrencyLoss:
+		end = time.Now() // a loss is always counted
+	case o == policy.ConcurrencyServed:
+		o = policy.ConcurrencyUntimed
+	}
+	if changed, from, to := h.release(end, rtt, o); changed && t.c.onChange != nil {
+		t.c.onChange(ConcurrencyEvent{Host: h.key, From: from, Limit: to, InFlight: h.lim.InFlight()})
+	}
+	return resp, err
+}
+
+// concOutcome returns what an attempt of req that ended with resp and
+// err teaches the limit.
+func concOutcome(req *http.Request, resp *http.Response, err error) policy.ConcurrencyOutcome {
+	if err == nil && resp != nil {
+		if !policy.StatusAccepted(resp.StatusCode) { // a 5xx or a 429
+			return policy.ConcurrencyLoss
+		}
+		if _, ok := resp.Body.(*aheadBody); ok {
+			return policy.ConcurrencyUntimed // a stream held to its first event: its wait is the model's, not the host's load
+		}
+		return policy.ConcurrencyServed
+	}
+	canceled := errors.Is(err, context.Canceled) || req.Context().Err() == context.Canceled
+	v := policy.Judge(policy.Outcome{Request: req, Response: resp, Err: err}) // a timeout of the caller's counts too
+	return policy.ConcurrencyOutcomeOf(v, 0, canceled)
+}
+
+// release gives back a slot and hands free slots to the requests
+// waiting.
+func (h *concHost) release(now time.Time, rtt time.Duration, o policy.ConcurrencyOutcome) (changed bool, from, to int) {
+	changed, from, to = h.lim.Release(now, rtt, o)
+	if h.waiting.Load() > 0 {
+		h.mu.Lock()
+		h.grantLocked()
+		h.mu.Unlock()
+	}
+	return changed, from, to
+}
+
+// grantLocked gives free slots to the first requests waiting. h.mu is
+// held.
+func (h *concHost) grantLocked() {
+	for len(h.queue) > 0 {
+		if ok, _ := h.lim.Acquire(); !ok {
+			return
+		}
+		last := len(h.queue) - 1
+		w := h.queue[last] // the latest first: see wait
+		h.queue[last] = nil
+		h.queue = h.queue[:last]
+		h.waiting.Add(-1)
+		w.granted = true
+		close(w.ready)
+	}
+}
+
+// wait waits for a slot of h for req, as long as the limit's rule and
+// req's time allow. It returns nil with a slot taken, or the error to
+// end req with.
+//
+// A slot that frees goes to the request that came last. Under a burst
+// below capacity, every waiter gets one soon either way. Under overload,
+// first come first served would make every request wait the longest a
+// wait may last and then send it late; last come first served sends most
+// requests at once and refuses those that waited longest, which would
+// have been late anyway.
+func (t *concurrencyTransport) wait(req *http.Request, h *concHost) error {
+	h.lim.Full()
+	ctx := req.Context()
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	now := time.Now()
+	dl, hasDeadline := ctx.Deadline()
+	d, ok := h.lim.Wait(int(h.waiting.Load()), dl.Sub(now), hasDeadline)
+	if !ok {
+		return t.refuse(req, h, 0, nil)
+	}
+	w := &concWaiter{ready: make(chan struct{})}
+	h.mu.Lock()
+	h.queue = append(h.queue, w)
+	h.waiting.Add(1)
+	h.grantLocked() // a slot freed since Acquire failed
+	h.mu.Unlock()
+
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	var done error
+	select {
+	case <-w.ready:
+		return nil
+	case <-timer.C:
+	case <-ctx.Done():
+		done = context.Cause(ctx)
+	}
+	h.mu.Lock()
+	granted := w.granted
+	if !granted {
+		for i, q := range h.queue {
+			if q == w {
+				h.queue = append(h.queue[:i], h.queue[i+1:]...)
+				h.waiting.Add(-1)
+				break
+			}
+		}
+	}
+	h.mu.Unlock()
+	if granted {
+		if done == nil {
+			return nil // granted as the wait ended: use it
+		}
+		h.release(time.Now(), 0, policy.ConcurrencyIgnored)
+	}
+	waited := time.Since(now)
+	switch {
+	case done == nil && hasDeadline && time.Until(dl) <= h.lim.Reference():
+		// The operation has no time left for an attempt: its time ran
+		// out while it waited.
+		return t.refuse(req, h, waited, context.DeadlineExceeded)
+	case done == nil:
+		return t.refuse(req, h, waited, nil)
+	case errors.Is(done, context.DeadlineExceeded):
+		return t.refuse(req, h, waited, done)
+	}
+	return done // canceled by the caller: not a refusal
+}
+
+// refuse returns the error of req refused by h's limit, and reports it.
+func (t *concurrencyTransport) refuse(req *http.Request, h *concHost, waited time.Duration, cause error) error {
+	limit := h.lim.Limit()
+	err := &ConcurrencyLimitError{Host: h.key, Limit: limit, InFlight: h.lim.InFlight(), Waited: waited, Err: cause}
+	if t.c.onRefuse != nil {
+		t.c.onRefuse(ConcurrencyEvent{Request: req, Host: h.key, From: limit, Limit: limit, InFlight: err.InFlight, Waited: waited, Err: err})
+	}
+	return err
+}
+
+// concurrencyRefused reports whether err is a [Concurrency] layer's
+// refusal, which is no attempt.
+func concurrencyRefused(err error) bool {
+	return err != nil && errors.Is(err, ErrConcurrencyLimit)
+}

@@ -1,0 +1,496 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/policy"
+)
+
+// The finite-capacity server of the overload tests: 8 workers of 20 ms
+// each, 400 requests a second, behind a queue that keeps working for
+// callers who left.
+const (
+	capWorkers  = 8
+	capService  = 20 * time.Millisecond
+	capacity    = float64(capWorkers) / 0.020 // requests a second
+	capOpBound  = 250 * time.Millisecond
+	capWarmUp   = time.Second
+	capMeasured = 4 * time.Second
+)
+
+// overloadResult is what callers got from a run at a given load.
+type overloadResult struct {
+	ops       int             // operations started in the measured period
+	successes int             // of these, 200s
+	refused   int             // refused by a concurrency limit
+	other     int             // other failures (timeouts)
+	p50, p99  time.Duration   // latency of the successes
+	badRefuse []error         // refusals that do not match as documented
+	latencies []time.Duration // of the successes
+}
+
+func (r overloadResult) goodput() float64 { return float64(r.successes) / capMeasured.Seconds() }
+
+// runOverload sends open-loop Poisson arrivals at rate a second to a
+// finite-capacity server through the client that mk makes, each
+// operation bounded at 250 ms, for a warm-up and a measured period, in a
+// synctest bubble.
+func runOverload(t *testing.T, rate float64, mk func(base *http.Transport) *http.Client) overloadResult {
+	t.Helper()
+	var res overloadResult
+	synctest.Test(t, func(t *testing.T) {
+		n := httptestutil.NewNetwork()
+		w := httptestutil.NewWorkers(capWorkers, capService)
+		srv := n.Serve("capacity.test", w)
+		base := n.Transport()
+		client := mk(base)
+		rng := rand.New(rand.NewPCG(42, uint64(rate)))
+		start := time.Now()
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for {
+			time.Sleep(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+			at := time.Since(start)
+			if at >= capWarmUp+capMeasured {
+				break
+			}
+			measured := at >= capWarmUp
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), capOpBound)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/work", nil)
+				began := time.Now()
+				resp, err := client.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != 200 {
+						err = errors.New(resp.Status)
+					}
+				}
+				took := time.Since(began)
+				if !measured {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				res.ops++
+				switch {
+				case err == nil:
+					res.successes++
+					res.latencies = append(res.latencies, took)
+				case errors.Is(err, ErrConcurrencyLimit):
+					res.refused++
+					var ce *ConcurrencyLimitError
+					if !errors.As(err, &ce) || ce.Limit <= 0 || policy.ReasonConcurrencyLimit != mustRefusal(err) {
+						res.badRefuse = append(res.badRefuse, err)
+					}
+				default:
+					res.other++
+				}
+			})
+		}
+		wg.Wait()
+		base.CloseIdleConnections()
+		srv.Close()
+		w.Close()
+	})
+	slices.Sort(res.latencies)
+	if k := len(res.latencies); k > 0 {
+		res.p50 = res.latencies[k/2]
+		res.p99 = res.latencies[min(k-1, k*99/100)]
+	}
+	return res
+}
+
+func mustRefusal(err error) policy.Reason {
+	r, _ := policy.RefusedBy(err)
+	return r
+}
+
+// The three clients of the overload tests.
+var overloadClients = []struct {
+	name string
+	mk   func(base *http.Transport) *http.Client
+}{
+	{"bare net/http", func(base *http.Transport) *http.Client { return &http.Client{Transport: base} }},
+	{"sturdy", func(base *http.Transport) *http.Client {
+		return &http.Client{Transport: New(Options{Base: base})}
+	}},
+	{"sturdy with Concurrency", func(base *http.Transport) *http.Client {
+		return &http.Client{Transport: New(Options{Base: base, Concurrency: &policy.Concurrency{}})}
+	}},
+}
+
+func TestConcurrencyHoldsGoodputUnderOverload(t *testing.T) {
+	unloaded := capService
+	for _, load := range []float64{2, 5} {
+		for _, c := range overloadClients {
+			r := runOverload(t, load*capacity, c.mk)
+			t.Logf("%.0f× capacity, %-24s goodput %5.0f/s (%3.0f%% of capacity), p50 %v, p99 %v, refused %d, other failures %d of %d",
+				load, c.name, r.goodput(), 100*r.goodput()/capacity, r.p50, r.p99, r.refused, r.other, r.ops)
+			if c.name != "sturdy with Concurrency" {
+				if r.goodput() >= 0.85*capacity {
+					t.Errorf("%.0f× capacity, %s: goodput %.0f/s, want the collapse that the limit prevents (below %.0f/s)", load, c.name, r.goodput(), 0.85*capacity)
+				}
+				continue
+			}
+			if got, want := r.goodput(), 0.85*capacity; got < want {
+				t.Errorf("%.0f× capacity: goodput %.0f/s, want at least %.0f/s (85%% of capacity)", load, got, want)
+			}
+			if got, want := r.p99, 5*unloaded; got > want {
+				t.Errorf("%.0f× capacity: p99 of successes %v, want at most %v (5× unloaded)", load, got, want)
+			}
+			if r.refused == 0 {
+				t.Errorf("%.0f× capacity: no request refused, want the excess refused with ErrConcurrencyLimit", load)
+			}
+			for _, err := range r.badRefuse {
+				t.Errorf("%.0f× capacity: refusal %v: want a *ConcurrencyLimitError with its limit, RefusedBy %q", load, err, policy.ReasonConcurrencyLimit)
+			}
+		}
+	}
+}
+
+func TestConcurrencyCostsNothingBelowCapacity(t *testing.T) {
+	without := runOverload(t, capacity/2, overloadClients[1].mk)
+	with := runOverload(t, capacity/2, overloadClients[2].mk)
+	t.Logf("half capacity: without limit goodput %.0f/s p50 %v p99 %v; with limit goodput %.0f/s p50 %v p99 %v, refused %d",
+		without.goodput(), without.p50, without.p99, with.goodput(), with.p50, with.p99, with.refused)
+	if with.refused != 0 || with.other != 0 {
+		t.Errorf("half capacity: %d refused and %d other failures, want none", with.refused, with.other)
+	}
+	if with.successes != without.successes {
+		t.Errorf("half capacity: %d successes with the limit, %d without; want the same", with.successes, without.successes)
+	}
+	if with.p50 > without.p50+time.Millisecond || with.p99 > without.p99+time.Millisecond {
+		t.Errorf("half capacity: p50/p99 %v/%v with the limit, %v/%v without; want no added latency", with.p50, with.p99, without.p50, without.p99)
+	}
+}
+
+// holdServer answers "/hold" when release is closed, anything else at
+// once, and counts what reached it.
+type holdServer struct {
+	release chan struct{}
+	mu      sync.Mutex
+	paths   []string
+}
+
+func (s *holdServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.paths = append(s.paths, r.URL.Path)
+	s.mu.Unlock()
+	if r.URL.Path == "/hold" {
+		select {
+		case <-s.release:
+		case <-r.Context().Done():
+		}
+	}
+	w.Write([]byte("ok"))
+}
+
+func (s *holdServer) reached() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.paths)
+}
+
+func TestConcurrencyRefusal(t *testing.T) {
+	tests := []struct {
+		name         string
+		deadline     time.Duration // of the second request; 0: none
+		releaseAfter time.Duration // when the first request's slot frees; 0: never
+		wantErr      bool
+		wantDeadline bool // the error matches context.DeadlineExceeded too
+		wantWait     time.Duration
+	}{
+		{"time runs out while waiting", 100 * time.Millisecond, 0, true, true, 100 * time.Millisecond},
+		{"no deadline: waits a second at most", 0, 0, true, false, time.Second},
+		{"a slot frees in time", 100 * time.Millisecond, 30 * time.Millisecond, false, false, 30 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := httptestutil.NewNetwork()
+				hs := &holdServer{release: make(chan struct{})}
+				srv := n.Serve("limit.test", hs)
+				base := n.Transport()
+				var attempts, refusals []string
+				var mu sync.Mutex
+				b := NewBreakers(BreakerSettings{ConsecutiveFailures: 1})
+				rt := New(Options{Base: base, Breakers: b, Concurrency: &policy.Concurrency{Initial: 1, Min: 1, Max: 1},
+					Hooks: Hooks{
+						OnAttempt: func(e policy.AttemptEvent) {
+							mu.Lock()
+							attempts = append(attempts, e.Request.URL.Path)
+							mu.Unlock()
+						},
+						OnConcurrencyRefuse: func(e ConcurrencyEvent) {
+							mu.Lock()
+							refusals = append(refusals, e.Request.URL.Path)
+							mu.Unlock()
+						},
+					}})
+				client := &http.Client{Transport: rt}
+				first := make(chan error, 1)
+				go func() {
+					resp, err := client.Get(srv.URL + "/hold")
+					if err == nil {
+						resp.Body.Close()
+					}
+					first <- err
+				}()
+				synctest.Wait() // the first request holds the one slot
+				if tt.releaseAfter > 0 {
+					time.AfterFunc(tt.releaseAfter, func() { close(hs.release) })
+				}
+				ctx := context.Background()
+				if tt.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+					defer cancel()
+				}
+				req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/second", nil)
+				start := time.Now()
+				resp, err := client.Do(req)
+				if got := time.Since(start); got != tt.wantWait {
+					t.Errorf("second request ended after %v, want %v", got, tt.wantWait)
+				}
+				if tt.releaseAfter == 0 {
+					close(hs.release)
+				}
+				if e := <-first; e != nil {
+					t.Fatalf("first request: %v", e)
+				}
+				if !tt.wantErr {
+					if err != nil {
+						t.Fatalf("second request: %v, want it served once a slot freed", err)
+					}
+					resp.Body.Close()
+					if got, want := hs.reached(), []string{"/hold", "/second"}; !slices.Equal(got, want) {
+						t.Errorf("server saw %v, want %v", got, want)
+					}
+				} else {
+					if !errors.Is(err, ErrConcurrencyLimit) {
+						t.Fatalf("second request: %v, want ErrConcurrencyLimit", err)
+					}
+					if got := errors.Is(err, context.DeadlineExceeded); got != tt.wantDeadline {
+						t.Errorf("errors.Is(%v, context.DeadlineExceeded) = %v, want %v", err, got, tt.wantDeadline)
+					}
+					var ce *ConcurrencyLimitError
+					if !errors.As(err, &ce) || ce.Limit != 1 || ce.InFlight != 1 || ce.Host != "http://limit.test" {
+						t.Errorf("error %#v, want a *ConcurrencyLimitError of http://limit.test with limit 1 and 1 in flight", ce)
+					}
+					for _, s := range []string{"concurrency limit", "http://limit.test", "limit 1"} {
+						if !strings.Contains(err.Error(), s) {
+							t.Errorf("error %q does not say %q", err, s)
+						}
+					}
+					if got, want := hs.reached(), []string{"/hold"}; !slices.Equal(got, want) {
+						t.Errorf("server saw %v, want %v: a refused request is never sent", got, want)
+					}
+					if !slices.Equal(refusals, []string{"/second"}) {
+						t.Errorf("OnConcurrencyRefuse saw %v, want [/second]", refusals)
+					}
+				}
+				if slices.Contains(attempts, "/second") != !tt.wantErr {
+					t.Errorf("OnAttempt saw %v: a refused request is no attempt, a served one is", attempts)
+				}
+				if got := b.State(req.URL); got != BreakerClosed {
+					t.Errorf("breaker %v after a refusal, want closed: a refusal is not counted against the host", got)
+				}
+				base.CloseIdleConnections()
+				srv.Close()
+			})
+		})
+	}
+}
+
+// TestConcurrencyStreamsHoldASlotUntilTheirFirstEvent: a stream holds
+// its slot until its first content event (or its headers, with
+// FirstEvent off), not for the stream's life.
+func TestConcurrencyStreamsHoldASlotUntilTheirFirstEvent(t *testing.T) {
+	tests := []struct {
+		name       string
+		firstEvent time.Duration // Options.FirstEventTimeout
+		wantWait   time.Duration // of a request sent 10ms after the stream
+	}{
+		{"FirstEvent on", 0, 40 * time.Millisecond},
+		{"FirstEvent off", -1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := httptestutil.NewNetwork()
+				srv := n.Serve("stream.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path != "/stream" {
+						w.Write([]byte("ok"))
+						return
+					}
+					w.Header().Set("Content-Type", "text/event-stream")
+					w.WriteHeader(200)
+					rc := http.NewResponseController(w)
+					rc.Flush()
+					time.Sleep(50 * time.Millisecond)
+					io.WriteString(w, "data: {\"text\":\"first\"}\n\n")
+					rc.Flush()
+					time.Sleep(time.Hour) // the stream lives on
+					io.WriteString(w, "data: {\"text\":\"last\"}\n\n")
+				}))
+				base := n.Transport()
+				client := &http.Client{Transport: New(Options{Base: base, FirstEventTimeout: tt.firstEvent,
+					Concurrency: &policy.Concurrency{Initial: 1, Min: 1, Max: 1}})}
+				streamDone := make(chan struct{})
+				go func() {
+					defer close(streamDone)
+					resp, err := client.Get(srv.URL + "/stream")
+					if err != nil {
+						t.Errorf("stream: %v", err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}()
+				time.Sleep(10 * time.Millisecond)
+				start := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/short", nil)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatalf("a request beside the stream: %v, want it served once the stream's slot frees", err)
+				}
+				resp.Body.Close()
+				if got := time.Since(start); got != tt.wantWait {
+					t.Errorf("a request beside the stream waited %v, want %v", got, tt.wantWait)
+				}
+				<-streamDone
+				base.CloseIdleConnections()
+				srv.Close()
+			})
+		})
+	}
+}
+
+// TestConcurrencyLearnsFromTimeoutsNotCancels: an attempt its caller
+// canceled teaches the limit nothing; one that ran out of time is a loss.
+func TestConcurrencyLearnsFromTimeoutsNotCancels(t *testing.T) {
+	tests := []struct {
+		name     string
+		end      func(ctx context.Context) (context.Context, context.CancelFunc)
+		wantFall bool
+	}{
+		{"canceled by the caller", func(ctx context.Context) (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(50*time.Millisecond, cancel)
+			return ctx, cancel
+		}, false},
+		{"out of time", func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, 50*time.Millisecond)
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := httptestutil.NewNetwork()
+				hs := &holdServer{release: make(chan struct{})} // "/hold" never answers in time
+				srv := n.Serve("learn.test", hs)
+				base := n.Transport()
+				var mu sync.Mutex
+				limit := 10
+				rt := New(Options{Base: base, Retry: policy.Retry{MaxAttempts: 1}, Disable: LayerBreaker,
+					Concurrency: &policy.Concurrency{Initial: 10, Min: 1},
+					Hooks: Hooks{OnConcurrencyChange: func(e ConcurrencyEvent) {
+						mu.Lock()
+						limit = e.Limit
+						mu.Unlock()
+					}}})
+				client := &http.Client{Transport: rt}
+				for range 20 {
+					ctx, cancel := tt.end(context.Background())
+					req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/hold", nil)
+					if _, err := client.Do(req); err == nil {
+						t.Fatal("a request the server never answered succeeded")
+					}
+					cancel()
+					time.Sleep(10 * time.Millisecond)
+				}
+				mu.Lock()
+				got := limit
+				mu.Unlock()
+				if fell := got < 10; fell != tt.wantFall {
+					t.Errorf("limit after 20 attempts %s = %d (from 10); want it to fall: %v", tt.name, got, tt.wantFall)
+				}
+				close(hs.release)
+				base.CloseIdleConnections()
+				srv.Close()
+			})
+		})
+	}
+}
+
+// TestConcurrencyIgnoresHedgeLosers: a hedged copy that lost the race
+// and was canceled teaches the limit nothing, as the caller's cancel.
+func TestConcurrencyIgnoresHedgeLosers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := httptestutil.NewNetwork()
+		var mu sync.Mutex
+		seen := map[string]int{}
+		srv := n.Serve("hedge.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen[r.URL.RawQuery]++
+			first := seen[r.URL.RawQuery] == 1
+			mu.Unlock()
+			if first { // each operation's first copy hangs until it loses
+				<-r.Context().Done()
+				return
+			}
+			w.Write([]byte("ok"))
+		}))
+		base := n.Transport()
+		var changes []ConcurrencyEvent
+		rt := New(Options{Base: base, Disable: LayerBreaker,
+			Hedge:       &policy.Hedge{Delay: 10 * time.Millisecond, Budget: &policy.Budget{Ratio: 1, MinRetries: 1000}},
+			Concurrency: &policy.Concurrency{Initial: 10, Min: 1},
+			Hooks: Hooks{OnConcurrencyChange: func(e ConcurrencyEvent) {
+				mu.Lock()
+				changes = append(changes, e)
+				mu.Unlock()
+			}}})
+		client := &http.Client{Transport: rt}
+		for i := range 30 {
+			resp, err := client.Get(srv.URL + "/x?op=" + strconv.Itoa(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			synctest.Wait() // the loser's cancel has reached the server
+			time.Sleep(5 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range changes {
+			if e.Limit < 10 {
+				t.Errorf("limit fell to %d: a hedge that lost counted as a loss", e.Limit)
+			}
+		}
+		for op, copies := range seen {
+			if copies != 2 {
+				t.Errorf("operation %s: %d copies reached the server, want 2 (the hedge is the point)", op, copies)
+			}
+		}
+		base.CloseIdleConnections()
+		srv.Close()
+	})
+}
