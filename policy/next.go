@@ -161,7 +161,7 @@ func (p Retry) Next(s State) Step {
 	}
 	wait := p.Backoff(o.Attempt, s.PrevWait)
 	if d.HasRetryAfter {
-		if p.MaxRetryAfter < 0 || d.RetryAfter > p.MaxRetryAfter {
+		if !(ServerWait{Limit: p.MaxRetryAfter}).Waits(d.RetryAfter) {
 			st.Reason = ReasonRetryAfterTooLong
 			return st
 		}

@@ -133,6 +133,8 @@ func (res *Reservation) Settle(resp *http.Response) {
 		}
 		if st != nil {
 			st.settle(time.Now(), res.at, res.route, nil, status, VerdictNone, time.Time{})
+		} else if status < 400 {
+			res.t.burst.add(res.burstName()) // the first burst, before any state
 		}
 		return // the common case: nothing to learn
 	}
@@ -142,8 +144,8 @@ func (res *Reservation) Settle(resp *http.Response) {
 	v, until := responseVerdict(status, h, qs, now, res.t.o.Reserve >= 0)
 	if s := res.t.o.Store; s != nil {
 		shared := until
-		if capped := now.Add(res.t.o.maxPause()); shared.After(capped) {
-			shared = capped // the fleet holds no longer than MaxPause either
+		if held := holdUntil(now, until, res.t.o.maxPause()); shared.After(held) {
+			shared = held // the fleet holds no longer than MaxPause either
 		}
 		fleetSettle(s, res.key.String(), qs, v, shared, now, res.t.o.Reserve)
 	}
@@ -159,6 +161,7 @@ func (res *Reservation) Settle(resp *http.Response) {
 			return
 		}
 		res.t.made.Add(1)
+		st.firstBurst(res.t.burst.count(res.burstName(), now))
 	}
 	st.settle(now, res.at, res.route, qs, status, v, until)
 }
@@ -191,4 +194,12 @@ func (res *Reservation) Cancel() {
 	if res.st != nil {
 		res.st.cancel(res)
 	}
+}
+
+// burstName is the name the first burst of res's host is counted under.
+func (res *Reservation) burstName() string {
+	if res.u != nil {
+		return res.u.Host
+	}
+	return res.key.Host
 }

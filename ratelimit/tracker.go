@@ -95,6 +95,9 @@ type Tracker struct {
 	// without one, so that the responses of requests sent before can
 	// tell that their host has state now.
 	made atomic.Uint32
+	// burst counts the successes of hosts without state: the first
+	// burst that a host's first 429 learns from.
+	burst firstBursts
 }
 
 // NewTracker returns a Tracker with options o.

@@ -333,6 +333,12 @@ func Layers(o Options) []Middleware {
 	case on(LayerRetryBudget) && !o.DisableRetryBudget:
 		budget = newSharedBudget(&policy.Budget{}, reg)
 	}
+	if on(LayerRetry) && on(LayerRateLimit) {
+		// One limit on a server-asked wait, for the request that got the
+		// ask and those its host holds after it (policy.ServerWait).
+		lim := policy.ServerWaitLimit(o.Retry.MaxRetryAfter, o.RateLimit.MaxWait)
+		o.Retry.MaxRetryAfter, o.RateLimit.MaxWait = lim, lim
+	}
 	if on(LayerRetry) {
 		p := o.Retry
 		if p.IdempotencyHeader == "" {
