@@ -51,6 +51,14 @@ type Reservation struct {
 // known lets it go at once, without a look at the context); the
 // Reservation is then the zero one, with nothing to settle.
 func (t *Tracker) Reserve(r *http.Request) (Reservation, error) {
+	return t.ReserveWithin(r, time.Time{})
+}
+
+// ReserveWithin is Reserve for a request whose operation must also end
+// by deadline (zero: no deadline beside its context's). A layer that
+// enforces a deadline without putting it in the context (one that a
+// stream may outlive) gives it here, so that no wait runs past it.
+func (t *Tracker) ReserveWithin(r *http.Request, deadline time.Time) (Reservation, error) {
 	var st *hostState
 	if t.o.Key == nil && r.URL != nil {
 		st = t.slot.PeekURL(r.URL)
@@ -71,7 +79,7 @@ func (t *Tracker) Reserve(r *http.Request) (Reservation, error) {
 		return res, nil // the registry is full of live hosts
 	}
 	res.st = st
-	w := waiter{t: t, r: r, k: k, st: st, start: time.Now()}
+	w := waiter{t: t, r: r, k: k, st: st, start: time.Now(), deadline: deadline}
 	// The client-rate place is taken first, and waited for once the
 	// host's quotas have admitted the request: a request that its quotas
 	// would refuse fails at once, not after waiting for its place.
