@@ -51,7 +51,7 @@ func rows() []row {
 	for _, r := range []int{20, 100} {
 		rs = append(rs,
 			row{limiter: "HAProxy http_req_rate(1s), deny 429", rate: r,
-				note:  "HAProxy counts refused requests, so the first burst keeps its window full for a second; the guess after it starts at 20/s (that burst's successes, sent before anything was known, are not counted) and climbs over seconds",
+				note:  "HAProxy counts refused requests, so the first burst keeps its window full for a second; the host is then held just under that burst's successes",
 				start: func(t *testing.T, up string) string { return startHAProxy(t, strings.TrimPrefix(up, "http://"), r) }},
 			row{limiter: "go-chi/httprate LimitAll (sliding window)", rate: r,
 				note: "the first burst's 429s, before anything is known",

@@ -35,8 +35,7 @@ const (
 // must not be copied after first use. It is safe for concurrent use by
 // multiple goroutines and meant to be shared by every [Retry] that talks
 // to the same hosts. transport.New keeps the budget of each host beside
-// its breaker and its quota ([NewBudgetOn]); a Budget set in
-// Retry.Budget keeps its own.
+// its breaker and its quota; a Budget set in Retry.Budget keeps its own.
 type Budget struct {
 	// Ratio is how many retries each operation earns: 0.2 allows one
 	// retry for every five operations. Zero means [DefaultBudgetRatio];
@@ -145,12 +144,17 @@ func (b *Budget) BucketWidth() time.Duration {
 	return max(1, w/window.Buckets) // a Window under 10ns still has buckets
 }
 
-// NewBudgetOn returns a Budget with b's settings that keeps its hosts in
-// reg. transport.New passes the registry its layers share, so that one
-// bound and one eviction rule cover breakers, quotas and budgets. A nil
-// reg, the only value a package outside this module can pass, gives the
-// Budget a registry of its own, as the zero Budget has.
-func NewBudgetOn(b *Budget, reg *hosts.Registry) *Budget {
+func init() {
+	hosts.BudgetOn = func(b any, reg *hosts.Registry) any { return newBudgetOn(b.(*Budget), reg) }
+}
+
+// newBudgetOn returns a Budget with b's settings that keeps its hosts in
+// reg. transport.New passes the registry its layers share (through
+// hosts.BudgetOn: the registry is not part of this package's API), so
+// that one bound and one eviction rule cover breakers, quotas and
+// budgets. A nil reg gives the Budget a registry of its own, as the zero
+// Budget has.
+func newBudgetOn(b *Budget, reg *hosts.Registry) *Budget {
 	nb := &Budget{Ratio: b.Ratio, MinRetries: b.MinRetries, Window: b.Window, MaxHosts: b.MaxHosts, Store: b.Store}
 	nb.once.Do(func() { nb.slot.Store(nb.newSlot(reg)) })
 	return nb

@@ -292,7 +292,7 @@ func TestBudgetURLIsHostKey(t *testing.T) {
 	}
 }
 
-// TestNewBudgetOn: the budget keeps b's settings and its hosts in the
+// TestNewBudgetOn: newBudgetOn (hosts.BudgetOn, which transport.New calls): the budget keeps b's settings and its hosts in the
 // registry given, or in one of its own.
 func TestNewBudgetOn(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -308,7 +308,7 @@ func TestNewBudgetOn(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			before := reg.Len()
-			b := NewBudgetOn(settings, tt.reg)
+			b := newBudgetOn(settings, tt.reg)
 			var got []bool
 			for range 3 {
 				got = append(got, b.Retry("h", now))
@@ -407,9 +407,9 @@ func TestBudgetStore(t *testing.T) {
 		}
 	})
 
-	t.Run("NewBudgetOn keeps the store", func(t *testing.T) {
+	t.Run("newBudgetOn keeps the store", func(t *testing.T) {
 		s := &fakeStore{allowed: false, ok: true}
-		b := NewBudgetOn(&Budget{Store: s}, nil)
+		b := newBudgetOn(&Budget{Store: s}, nil)
 		if b.Retry("h", now) {
 			t.Errorf("got a retry the store refused")
 		}

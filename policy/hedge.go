@@ -191,3 +191,25 @@ func (h Hedge) Next(s HedgeState) HedgeStep {
 	}
 	return HedgeSend
 }
+
+// HedgeStart is what [Hedge.Race] decides on: what is known of a request
+// before any copy of it is sent.
+type HedgeStart struct {
+	// SafeToResend reports whether the request may be sent twice
+	// ([SafeToResend]).
+	SafeToResend bool
+	// DelayKnown reports whether the delay before a hedge is known: a
+	// fixed Delay, or latencies learned from the host. With neither, the
+	// request is sent once, and its latency learned.
+	DelayKnown bool
+	// Replayable reports whether the request's body can be had for a
+	// second copy (none, GetBody, or kept in memory under the limit).
+	Replayable bool
+}
+
+// Race reports whether a request is raced as hedged copies, rather than
+// sent once: hedging is on (MaxHedges is not negative), the request is
+// safe to send twice, the delay is known and the body can be had again.
+func (h Hedge) Race(s HedgeStart) bool {
+	return h.Hedges() > 0 && s.SafeToResend && s.DelayKnown && s.Replayable
+}

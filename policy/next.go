@@ -84,6 +84,9 @@ type State struct {
 	// Refused, when set, tells whether a layer beneath would refuse an
 	// attempt made at the time at, and with what error; nil means no.
 	Refused func(at time.Time) error
+	// FreeResends is how many free resends (see [Step].Free) the
+	// operation has made so far.
+	FreeResends int
 	// Budget, when set, takes one retry from the host's retry budget and
 	// reports whether there was one. Next calls it last, only when
 	// everything else allows the retry. So a retry that does not happen is
@@ -106,7 +109,18 @@ type Step struct {
 	// Refusal is the error a layer beneath would have returned, for
 	// [ReasonRefused].
 	Refusal error
+	// Free reports a free resend: the outcome proves that the server did
+	// not process the request ([NotProcessed]), so it is sent again at
+	// once as the same attempt, with no wait, no budget, and not counted
+	// against MaxAttempts. net/http would have made this replay itself,
+	// had the attempt carried GetBody.
+	Free bool
 }
+
+// MaxFreeResends bounds the free resends of one operation (see
+// [Step].Free): a server that refuses every stream is not asked forever,
+// and its outcome then goes through the usual rules.
+const MaxFreeResends = 3
 
 // Next decides what follows an attempt: another one after a wait, or the
 // end of the operation, and why. It is pure: everything it knows is in s
@@ -115,6 +129,10 @@ type Step struct {
 //
 //   - a canceled or expired operation stops;
 //   - a request that cannot be sent as written stops ([IsCallerError]);
+//   - an outcome that proves the server did not process the request
+//     ([NotProcessed]) is sent again at once, for free ([Step].Free),
+//     whoever vouched for it, when its body can be had again, up to
+//     [MaxFreeResends] times;
 //   - an outcome the classifier finds final stops;
 //   - a request that is not [SafeToResend] stops, unless the outcome
 //     proves that the server did not act ([Decision].DidNotAct);
@@ -137,6 +155,12 @@ func (p Retry) Next(s State) Step {
 	}
 	if o.Err != nil && IsCallerError(o.Request, o.Err) {
 		return Step{Reason: ReasonCallerError, Decision: Decision{Reason: "invalid request"}}
+	}
+	if o.Err != nil && s.Replayable && s.FreeResends < MaxFreeResends {
+		if row, ok := NotProcessed(o.Err); ok {
+			return Step{Retry: true, Free: true, Reason: ReasonRetry,
+				Decision: Decision{Retry: true, DidNotAct: true, Reason: "not processed: " + row.Name}}
+		}
 	}
 	d := p.Classify(o)
 	if !d.HasRetryAfter && o.Response != nil {
@@ -161,7 +185,7 @@ func (p Retry) Next(s State) Step {
 	}
 	wait := p.Backoff(o.Attempt, s.PrevWait)
 	if d.HasRetryAfter {
-		if p.MaxRetryAfter < 0 || d.RetryAfter > p.MaxRetryAfter {
+		if !(ServerWait{Limit: p.MaxRetryAfter}).Waits(d.RetryAfter) {
 			st.Reason = ReasonRetryAfterTooLong
 			return st
 		}

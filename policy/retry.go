@@ -47,7 +47,9 @@ type Retry struct {
 	// MaxRetryAfter is the longest server-asked wait that is honoured. A
 	// response that asks for a longer one is handed back to the caller at
 	// once. Zero means [DefaultMaxRetryAfter] (60s). Negative means no
-	// server-asked wait is ever waited on.
+	// server-asked wait is ever waited on. It is the Limit of
+	// [ServerWait]; in a stack built by transport.New, the rate-limit
+	// layer's MaxWait is made the same (see [ServerWaitLimit]).
 	MaxRetryAfter time.Duration
 
 	// Classify decides whether an attempt's outcome is worth another

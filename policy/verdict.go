@@ -12,9 +12,11 @@ import (
 // each fact has one rule, for the breaker, the quota, the throttle, the
 // hedge and the retry alike.
 type Verdict struct {
-	// Sent reports whether the request may have reached the server. It is
-	// false for a layer's refusal, the caller's error and a connection
-	// never made. Such a request used no quota.
+	// Sent reports whether the request may have reached the server and
+	// been processed. It is false for a layer's refusal, the caller's
+	// error, a connection never made and an outcome that proves the
+	// server did not process the request ([NotProcessed]). Such a
+	// request used no quota: a free resend of it costs one unit, not two.
 	Sent bool
 	// Refusal names what refused the request unsent (see [Refusal]);
 	// empty when nothing did.
@@ -74,11 +76,12 @@ func judgeFailure(o *Outcome) Verdict {
 	if err != nil {
 		v.Refusal, _ = RefusedBy(err)
 		caller := IsCallerError(req, err)
-		v.Sent = v.Refusal == "" && !caller && !notConnected(o)
+		_, unprocessed := NotProcessed(err)
+		v.Sent = v.Refusal == "" && !caller && !unprocessed && !notConnected(o)
 		if o.CallerEnded || errors.Is(err, context.Canceled) || caller || v.Refusal != "" {
 			return v // HostIgnored
 		}
-		if _, ok := NotProcessed(err); ok {
+		if unprocessed {
 			return v // HostIgnored: a server draining its connections for a deploy is not failing
 		}
 		if _, ok := LocalFinal(err); ok {

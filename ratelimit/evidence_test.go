@@ -306,3 +306,161 @@ func TestRefillingQuota429sCutOnce(t *testing.T) {
 		}
 	})
 }
+
+// A 429 that names no wait, to a request sent at a rate the host has
+// been accepting for a second, is a probe above the host's rate: it
+// costs that request, not a pause of the host, and the cap holds just
+// under what the host accepted. Only a 429 with nothing learned but a
+// guess pauses the host.
+func TestProbeAboveLearnedRateCostsOnlyTheProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		u := "https://api.example.com/v1/items"
+		bare := func() *http.Response { return &http.Response{StatusCode: 429, Header: http.Header{}} }
+		ok := func() *http.Response { return &http.Response{StatusCode: 200, Header: http.Header{}} }
+		send := func(resp *http.Response) {
+			t.Helper()
+			res, err := tr.Reserve(newReq(t, nil, u))
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Millisecond)
+			res.Settle(resp)
+		}
+		send(bare())
+		if _, p := tr.Paused(newReq(t, nil, u), time.Now()); !p {
+			t.Fatal("after the first 429: not paused, want the host paused (nothing is learned yet)")
+		}
+		for start := time.Now(); time.Since(start) < time.Second; {
+			send(ok()) // paced at the guess, which grows
+		}
+		send(bare()) // the guess was above the host's rate: cut, and paused (the guess was a guess)
+		for start := time.Now(); time.Since(start) < 2*time.Second; {
+			send(ok()) // paced at the learned rate
+		}
+		send(bare())
+		if end, p := tr.Paused(newReq(t, nil, u), time.Now()); p {
+			t.Errorf("after a 429 at the learned rate: paused for %v, want no pause (the probe alone is refused)", time.Until(end))
+		}
+		// The next request waits one interval of the pace, not a pause.
+		start := time.Now()
+		send(ok())
+		if d := time.Since(start); d >= throttlePause {
+			t.Errorf("the request after the probe waited %v, want less than a pause (%v)", d, throttlePause)
+		}
+	})
+}
+
+// The successes a host had before its first 429, sent while nothing was
+// known, seed the rate guessed at that 429: a host that accepted 100 in
+// the first burst is paced at 90/s after it, not at DefaultReleaseRate.
+func TestFirstBurstSeedsTheGuess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		u := "https://api.example.com/v1/items"
+		for range 100 { // the first burst, nothing known
+			res, err := tr.Reserve(newReq(t, nil, u))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Settle(&http.Response{StatusCode: 200, Header: http.Header{}})
+		}
+		res, err := tr.Reserve(newReq(t, nil, u))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Settle(&http.Response{StatusCode: 429, Header: http.Header{}})
+		time.Sleep(time.Second) // past the pause and its release
+		start := time.Now()
+		for range 45 {
+			res, err := tr.Reserve(newReq(t, nil, u))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Settle(&http.Response{StatusCode: 200, Header: http.Header{}})
+		}
+		// At 90/s and up, 45 requests take half a second at most; at
+		// DefaultReleaseRate (20/s, growing by one a success) they took 1.2 s.
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Errorf("45 requests after the first 429 took %v, want at most 500ms (paced from the first burst's 100/s)", d)
+		}
+	})
+}
+
+// A limiter that counts the requests it refuses (HAProxy's
+// http_req_rate) refuses the first request let through after the pause
+// of its first 429, with no success between: it is then held just under
+// what it accepted in its first burst, and each later 429 pauses it.
+func TestRefusalCountingLimiterHeldAtFirstBurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		u := "https://api.example.com/v1/items"
+		send := func(status int) {
+			t.Helper()
+			res, err := tr.Reserve(newReq(t, nil, u))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Settle(&http.Response{StatusCode: status, Header: http.Header{}})
+		}
+		for range 100 { // the first burst, nothing known
+			send(200)
+		}
+		first := time.Now()
+		send(429) // the first 429: a pause
+		time.Sleep(throttlePause)
+		send(429) // let through after it, refused: the limiter counts refusals
+		// Its window counts a second: the host is held until a second
+		// after the first 429, not for pauses that double past it.
+		if end, _ := tr.Paused(newReq(t, nil, u), time.Now()); !end.Equal(first.Add(time.Second)) {
+			t.Errorf("held until %v after the first 429, want 1s", end.Sub(first))
+		}
+		time.Sleep(2 * time.Second)
+		start := time.Now()
+		for range 96 {
+			send(200)
+		}
+		// Held at 97% of 100/s less half a request: 96 take a second.
+		if d, want := time.Since(start), time.Second; d < want*9/10 || d > want*11/10 {
+			t.Errorf("96 requests took %v, want about %v (held just under the first burst's 100/s)", d, want)
+		}
+		send(429)
+		if _, p := tr.Paused(newReq(t, nil, u), time.Now()); !p {
+			t.Error("a 429 from a limiter that counts its refusals: not paused, want the host paused")
+		}
+	})
+}
+
+// A first burst smaller than DefaultReleaseRate is a bucket's burst
+// (nginx's burst of 5), not a second's count: a refusal after the first
+// pause doubles the pause as before and holds no rate at that burst.
+func TestSmallFirstBurstNotHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		u := "https://api.example.com/v1/items"
+		send := func(status int) {
+			t.Helper()
+			res, err := tr.Reserve(newReq(t, nil, u))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Settle(&http.Response{StatusCode: status, Header: http.Header{}})
+		}
+		for range 6 {
+			send(200)
+		}
+		send(429)
+		time.Sleep(throttlePause)
+		send(429)
+		time.Sleep(2 * time.Second)
+		start := time.Now()
+		for range 40 {
+			send(200)
+		}
+		// The guess (20/s, growing by one a success), not 5.3/s: 40
+		// requests take under 1.5 s, not over 7.
+		if d := time.Since(start); d > 1500*time.Millisecond {
+			t.Errorf("40 requests took %v, want under 1.5s (no hold at a bucket's burst)", d)
+		}
+	})
+}

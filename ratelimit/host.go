@@ -13,7 +13,10 @@ import (
 // This file holds a host's quota state and every change made to it:
 // admit (a request asks to go), settle (its response arrives), cancel (it
 // never reached the server), pause (the server asks for one). They are
-// the only places the state changes, each under the host's lock.
+// the only places the state changes, each under the host's lock. The
+// concepts they combine live beside it: a quota's state (quotastate.go),
+// the pause rule (pause.go), the rate learned from 429s (throttle.go)
+// and the pace kept at it (pacer.go).
 
 // hostState is the quota state of one host (or one Options.Key).
 type hostState struct {
@@ -43,156 +46,12 @@ type hostState struct {
 	// such 429s taken as the excess since the last success.
 	refusedSent, excess time.Time
 	cutsInRow           int
-	bare                barePause
-	client              *rate.Limiter // Options.Rate; nil when off
-	news                chan struct{} // closed by the next response; nil when nobody waits
-}
-
-// quotaState is one quota of a host, counted down between responses.
-type quotaState struct {
-	resource, policy string
-	family           Family
-	limit            int // Unknown when not known
-	remaining        int // counted down as requests go; Unknown when not known
-	reset            time.Time
-	window           time.Duration
-	// gen changes whenever a new window starts, so that a cancelled
-	// reservation gives its unit back only to the window it took it from.
-	gen uint32
-	// awaiting is set when a window ended with no known next reset;
-	// sentSinceRoll counts the requests let through since.
-	awaiting      bool
-	sentSinceRoll int
-	// guessed is set when reset was rolled forward a window from the
-	// last one, not read from a server: a server's sooner reset then
-	// replaces it.
-	guessed bool
-	used    int64
-	// said is the Remaining the last response told, at saidAt, of a
-	// window that resets at saidReset; refills is set once a later
-	// response told more before then (see update).
-	said              int
-	saidAt, saidReset time.Time
-	refills           bool
-	// probe is set while one request goes before the reset of a spent
-	// quota whose rate is known, to find out whether it refills; refused
-	// counts such probes refused in a row.
-	probe   bool
-	refused int
-	// span is the furthest ahead a reset was said to be, and spanFrom
-	// when the first reset was said: see rateWindow.
-	span     time.Duration
-	spanFrom time.Time
-	// holdFrom is when the hold of a reset further than maxPause began:
-	// the quota holds its routes until holdFrom+maxPause, then lets one
-	// request go to ask again.
-	holdFrom time.Time
-}
-
-// probeAt returns when a request may go before the reset of q, spent,
-// to find out whether it refills, and false when none is to go: only
-// while the window the last response told of is still running, the
-// quota's rate is known (limit a window of a second or less: a longer
-// window is held to its reset, exactly) or the host refuses only the
-// excess (excess) and the reset is a second or two away, and fewer than
-// probeRefusals probes in a row were refused. One goes an interval of
-// that rate after the last response; while it is out, the others look
-// again an interval later. A probe accepted shows the quota refills.
-func (q *quotaState) probeAt(now time.Time, excess bool) (time.Time, bool) {
-	w := q.rateWindow(now)
-	if w == 0 && excess && q.saidReset.Sub(q.saidAt) <= 2*time.Second {
-		// No window said, a reset a second or two away, on a host that
-		// refuses only the excess: a quota a second, counted as a
-		// sliding window or a bucket most likely.
-		w = time.Second
-	}
-	if q.refused >= probeRefusals || q.limit <= 0 || w <= 0 || w > maxOwnWait || q.tokens() ||
-		!now.Before(q.reset) || !now.Before(q.saidReset) {
-		return time.Time{}, false
-	}
-	iv := w / time.Duration(q.limit)
-	at := q.saidAt.Add(iv)
-	if q.probe {
-		at = later(at, now.Add(iv))
-	}
-	return at, true
-}
-
-// rateWindow returns the quota's window: the one the server said, or,
-// when it said none, a second or two guessed from its resets, and zero
-// when neither is known. A reset said always at most a second or two
-// ahead, for longer than that, is a window that short: a longer window
-// would have said a reset further ahead when it moved on.
-// (go-chi/httprate sends the next second's start, and no window.)
-func (q *quotaState) rateWindow(now time.Time) time.Duration {
-	if q.window > 0 || q.span <= 0 || q.span > maxGuessedWindow || now.Sub(q.spanFrom) <= max(q.span, time.Second) {
-		return q.window
-	}
-	return max(q.span.Round(time.Second), time.Second)
-}
-
-// maxGuessedWindow is the longest window rateWindow guesses from resets.
-const maxGuessedWindow = 2 * time.Second
-
-// probeRefusals is how many probes in a row a quota refuses before it
-// is taken for a fixed window, spent until its reset.
-const probeRefusals = 3
-
-// pauseCause is what asked for a host's pause, for the error of a
-// request it refuses.
-type pauseCause struct {
-	status     int           // the response's status; 0 for Tracker.Pause
-	retryAfter time.Duration // what its Retry-After asked; 0 when it named no wait
-	asked      time.Time     // the end the server asked for, when later than the pause's
-}
-
-// holdEnd returns until when q, spent, holds the requests it counts at
-// now: its reset, or when that is more than max away, the end of a hold
-// of max. It returns the zero time when such a hold is over: the request
-// then goes to ask the server, and, with probe, a new hold starts now.
-func (q *quotaState) holdEnd(now time.Time, max time.Duration, probe bool) time.Time {
-	if q.reset.Sub(now) <= max {
-		return q.reset
-	}
-	if q.holdFrom.IsZero() || q.holdFrom.After(now) {
-		q.holdFrom = now
-	}
-	if end := q.holdFrom.Add(max); now.Before(end) {
-		return end
-	}
-	if probe {
-		q.holdFrom = now
-	}
-	return time.Time{}
-}
-
-// named reports whether the quota names its resource (GitHub's
-// X-RateLimit-Resource, an IETF policy name): it counts only the routes
-// whose responses named it.
-func (q *quotaState) named() bool { return fleetName(q.resource, q.policy, q.family) != "" }
-
-// spent reports whether the quota holds the requests it counts, as far as
-// its count goes: at or below reserve (never, with reserve < 0); a
-// tokens quota only at zero, since its count is not counted down here.
-func (q *quotaState) spent(reserve int) bool {
-	if reserve < 0 || q.remaining == Unknown || q.refills {
-		return false
-	}
-	return q.remaining <= reserve && !(q.tokens() && q.remaining > 0)
-}
-
-// tokens reports whether the quota counts tokens rather than requests:
-// the Tracker cannot count those down, only obey them.
-func (q *quotaState) tokens() bool { return strings.HasSuffix(q.policy, "tokens") }
-
-// spread releases the requests held by a pause gradually: at most one per
-// interval from the pause's end, never later than end, which is fixed
-// when the pause ends. Requests that come after end go at once.
-type spread struct {
-	of       time.Time // the end of the pause it releases
-	end      time.Time
-	next     time.Time
-	interval time.Duration
+	// countsRefusals is when the host showed that it counts the
+	// requests it refuses (see settle): each 429 then pauses it.
+	countsRefusals time.Time
+	bare           barePause
+	client         *rate.Limiter // Options.Rate; nil when off
+	news           chan struct{} // closed by the next response; nil when nobody waits
 }
 
 // verdict is what the state of a host says to one request.
@@ -375,61 +234,6 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// releaseSlot returns the time a request may go in the spread that
-// follows the last pause, and false when there is no spread to join.
-func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.Time, bool) {
-	if h.pause.IsZero() {
-		return time.Time{}, false
-	}
-	if !h.release.of.Equal(h.pause) {
-		if !waited && now.Sub(h.pause) > maxOwnWait {
-			return time.Time{}, false // a pause long over: nothing to spread
-		}
-		// The pause has just ended: fix the spread once, sized for the
-		// requests it held.
-		// The sleepers, and the requests told to pause or the one
-		// asking: these are often one, the retry of a request told to
-		// pause, which would otherwise be counted twice and make the
-		// next request wait a slot for nobody.
-		n := int(h.waiters.Load()) + max(h.held, 1)
-		d := time.Duration(float64(n) / h.releaseRate(set) * float64(time.Second))
-		d = min(d, maxOwnWait)
-		h.release = spread{of: h.pause, end: h.pause.Add(d), next: h.pause, interval: d / time.Duration(n)}
-	}
-	s := &h.release
-	if !now.Before(s.end) || !s.next.Before(s.end) {
-		return time.Time{}, false
-	}
-	slot := s.next
-	if slot.Before(now) {
-		slot = now
-	}
-	s.next = slot.Add(s.interval)
-	return slot, true
-}
-
-// releaseRate is the rate at which requests held by a pause are let go:
-// the learned rate, else the quota's own rate when known, else
-// DefaultReleaseRate.
-func (h *hostState) releaseRate(set quotaSet) float64 {
-	if h.thr.rate > 0 {
-		return h.thr.rate
-	}
-	best := -1.0
-	for i := range h.quotas[:h.nq] {
-		q := &h.quotas[i]
-		if set&(1<<i) != 0 && q.limit > 0 && q.window > 0 && !q.tokens() {
-			if r := float64(q.limit) / q.window.Seconds(); best < 0 || r < best {
-				best = r
-			}
-		}
-	}
-	if best > 0 {
-		return best
-	}
-	return float64(DefaultReleaseRate)
-}
-
 // cancel gives back what res took: its unit of each quota (when the
 // window is still the one it was taken from), its slot at the learned
 // rate and in a release spread.
@@ -521,15 +325,37 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 			// no success since: the limiter had not drained (a sliding
 			// window counts what came before), not a rate too high.
 			// Pause again, twice as long, and cut nothing.
+			// Such a limiter counts the requests it refuses: a pace
+			// above its rate, refused, would keep its window full.
+			// What it accepted before its first 429 is its rate.
 			h.bare.wait = min(2*h.bare.wait, maxOwnWait)
-			h.setPause(now, now.Add(h.bare.wait), status, false)
+			end := now.Add(h.bare.wait)
+			if h.countsRefusals.IsZero() && h.thr.holdBurst(now) {
+				// Its window counts a second: it holds the first
+				// burst's refusals until a second after they began.
+				// A refusal after that pauses a quarter second again.
+				end = later(now.Add(throttlePause), h.bare.from.Add(burstSpan))
+				h.bare.wait = throttlePause / 2
+			}
+			h.setPause(now, end, status, false)
 			h.bare.end = h.pause
+			h.countsRefusals = now
 			h.held++
+			break
+		}
+		// A request sent at a learned rate and refused probed above the
+		// host's rate: it costs the probe, not a pause. The rate the
+		// host accepted over the last second holds the host (see
+		// throttle.probeRefused), or, without such a measure, the cut
+		// answers it. Only a 429 with nothing learned yet, or from a
+		// limiter that counts its refusals, pauses the host.
+		if h.thr.on(now) && h.countsRefusals.IsZero() && (h.thr.grow != growGuess || h.thr.nearMeasure(now)) {
+			h.thr.probeRefused(now, sent)
 			break
 		}
 		if h.thr.tooMany(now, sent, false) {
 			h.setPause(now, now.Add(throttlePause), status, false)
-			h.bare = barePause{end: h.pause, wait: throttlePause}
+			h.bare = barePause{end: h.pause, wait: throttlePause, from: now}
 			h.held++
 		}
 	default:
@@ -553,25 +379,6 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 	}
 	h.wake()
 }
-
-// barePause is the last pause after a 429 that named no wait.
-type barePause struct {
-	end  time.Time     // its end
-	wait time.Duration // its length
-	ok   bool          // a request let through after it succeeded
-}
-
-// excessOnly reports whether the host has shown, within throttleForget,
-// that its 429s with Retry-After refuse only the requests beyond its
-// rate: it accepted a request let through after one it refused.
-func (h *hostState) excessOnly(now time.Time) bool {
-	return !h.excess.IsZero() && now.Sub(h.excess) < throttleForget
-}
-
-// excessCutsInRow is how many 429s with Retry-After in a row, each of a
-// request let through after the last cut, a host that refuses only the
-// excess may answer before its Retry-After pauses the host again.
-const excessCutsInRow = 2
 
 // observe merges the quotas of a response of route into the state. h.mu
 // is held.
@@ -645,28 +452,15 @@ func (h *hostState) slot(q Quota) int {
 	return i
 }
 
-// setPause holds every request until until, or for maxPause when that
-// is sooner; a pause never shortens one in force. status is that of the
-// response that asked (0 for none), and asked whether its Retry-After
-// did. h.mu is held.
-func (h *hostState) setPause(now, until time.Time, status int, asked bool) {
-	if !now.Before(h.pause) {
-		h.held = 0 // a new pause
+// firstBurst records n, the successes the host had in the second
+// before it had state: what it accepted before anything was known.
+func (h *hostState) firstBurst(n int) {
+	if n <= 0 {
+		return
 	}
-	c := pauseCause{status: status}
-	if asked {
-		c.retryAfter = until.Sub(now)
-	}
-	if capped := now.Add(h.maxPause); until.After(capped) {
-		c.asked, until = until, capped
-	}
-	if until.After(h.pause) {
-		h.pause, h.cause = until, c
-	} else if c.asked.After(h.cause.asked) {
-		h.cause.asked = c.asked // the server asks for longer still
-	}
-	h.thr.pace.restart(h.pause)
-	h.thr.resumed = h.pause
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.thr.burst += n
 }
 
 // wake wakes the requests waiting for news. h.mu is held.
@@ -699,117 +493,3 @@ func (h *hostState) live(now time.Time, reserve int) bool {
 	}
 	return false
 }
-
-// roll starts the quota's next window once its reset has passed:
-// Remaining is whole again. The next reset is one Window later when the
-// window is known; otherwise it is unknown until a response says.
-func (q *quotaState) roll(now time.Time) {
-	q.remaining = q.limit
-	q.gen++
-	q.holdFrom = time.Time{}
-	q.probe = false
-	if q.window > 0 {
-		n := now.Sub(q.reset)/q.window + 1
-		q.reset = q.reset.Add(n * q.window)
-		q.guessed = true
-		return
-	}
-	q.reset = time.Time{}
-	q.awaiting, q.sentSinceRoll = true, 0
-}
-
-// update merges a quota read from a response into the state; sent is
-// when the response's request was let through (zero when not known).
-func (q *quotaState) update(r Quota, now, sent time.Time, accepted bool) {
-	if r.Remaining != Unknown && !r.Reset.IsZero() {
-		// A request let through after a response said n were left,
-		// told of more (or accepted when none were left) before that
-		// window's reset: the quota refills by itself (a token
-		// bucket, GCRA, a sliding window), and is not one that is
-		// spent until its reset.
-		if !q.saidAt.IsZero() && sent.After(q.saidAt) && sent.Before(q.saidReset) &&
-			(r.Remaining > q.said || accepted && q.said == 0) {
-			q.refills = true
-		}
-		switch {
-		case q.probe && !accepted:
-			q.refused++ // enough of them, and it is spent until its reset
-		case q.probe:
-			q.refused, q.refills = 0, true // accepted before the reset of a spent quota
-		}
-		q.probe = false
-		q.said, q.saidAt, q.saidReset = r.Remaining, now, r.Reset
-		if !r.Reset.After(now) && q.reset.After(now) && q.reset.Sub(r.Reset) <= sameWindow {
-			// A reset in whole seconds at the Date's own second ends
-			// within this second: the state's reckoning of the window
-			// still runs (go-chi/httprate's reset rounds down).
-			q.saidReset = q.reset
-		}
-		if q.spanFrom.IsZero() {
-			q.spanFrom = now
-		}
-		q.span = max(q.span, r.Reset.Sub(now))
-	}
-	if r.Limit != Unknown {
-		q.limit = r.Limit
-	}
-	if r.Window > 0 {
-		q.window = r.Window
-	}
-	q.family = r.Family
-	if r.Remaining == Unknown || !r.Reset.IsZero() && !r.Reset.After(now) {
-		return // nothing to count, or the window it describes is over: its Remaining is stale
-	}
-	if !q.reset.IsZero() && !now.Before(q.reset) {
-		// The window the state counts is over, though no request has
-		// come since to roll it: the response is news of a later one.
-		q.roll(now)
-	}
-	switch {
-	case q.reset.IsZero():
-		// The first news of this window (or of this quota). After a
-		// roll, the requests let through since count too.
-		if q.awaiting {
-			q.remaining = minKnown(q.remaining, r.Remaining)
-		} else {
-			q.remaining = r.Remaining
-		}
-		q.reset = r.Reset
-		if !r.Reset.IsZero() {
-			q.awaiting = false
-		}
-	case r.Reset.Sub(q.reset) > sameWindow:
-		// The server has moved to another window.
-		q.reset, q.remaining = r.Reset, r.Remaining
-		q.gen++
-		q.holdFrom = time.Time{}
-	case q.guessed && !r.Reset.IsZero() && q.reset.Sub(r.Reset) > sameWindow:
-		// The server's window ends sooner than the state reckoned when
-		// it rolled the reset forward a Window: the server's reset is
-		// the one to wait for. (A server's own sooner reset is a
-		// response that left before the last one, and changes nothing.)
-		q.reset = r.Reset
-		q.remaining = minKnown(q.remaining, r.Remaining)
-	default:
-		// The same window: what the server saw and what has gone since.
-		q.remaining = minKnown(q.remaining, r.Remaining)
-		if r.Reset.After(q.reset) {
-			q.reset = r.Reset
-		}
-	}
-	if !r.Reset.IsZero() {
-		q.guessed = false // the state's reset is a server's word now
-	}
-}
-
-func minKnown(a, b int) int {
-	if a == Unknown {
-		return b
-	}
-	return min(a, b)
-}
-
-// sameWindow is how far apart two resets may be and still be taken for
-// the same window: servers that send delta seconds round them, so one
-// window's reset moves by up to a second from response to response.
-const sameWindow = time.Second

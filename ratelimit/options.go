@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/sturdyhttp/sturdy/policy"
 )
 
 // Defaults of [Options], used where a field is zero.
@@ -12,7 +14,7 @@ const (
 	DefaultMaxWait     = 60 * time.Second
 	DefaultMaxHosts    = 4096
 	DefaultReleaseRate = rate.Limit(20) // per second, when the quota says nothing better
-	DefaultMaxPause    = time.Minute
+	DefaultMaxPause    = policy.DefaultMaxHold
 )
 
 // Options configures a [Tracker]. The zero value is ready to use: it
@@ -44,7 +46,9 @@ type Options struct {
 	// or the client-side limiter. A request that would wait longer fails
 	// at once with a [*QuotaError]. Zero means [DefaultMaxWait] (60s);
 	// negative means a request never waits and fails whenever it would
-	// have to.
+	// have to. For a server-asked wait it is the Limit of
+	// policy.ServerWait; transport.New makes it the same as the stack's
+	// Retry.MaxRetryAfter (the shorter of the two that are set).
 	MaxWait time.Duration
 
 	// MaxPause is the longest one server-asked pause (a Retry-After) or
@@ -53,7 +57,7 @@ type Options struct {
 	// the server again, whose answer counts as any other. A request whose
 	// wait the server's own end puts past its budget still fails at once.
 	// Zero means [DefaultMaxPause] (1m); negative means no cap (up to the
-	// 400 days a reset may be).
+	// 400 days a reset may be). It is the MaxHold of policy.ServerWait.
 	MaxPause time.Duration
 
 	// Key returns the key that quota state is kept under. Nil means the

@@ -51,6 +51,14 @@ type Reservation struct {
 // known lets it go at once, without a look at the context); the
 // Reservation is then the zero one, with nothing to settle.
 func (t *Tracker) Reserve(r *http.Request) (Reservation, error) {
+	return t.ReserveWithin(r, time.Time{})
+}
+
+// ReserveWithin is Reserve for a request whose operation must also end
+// by deadline (zero: no deadline beside its context's). A layer that
+// enforces a deadline without putting it in the context (one that a
+// stream may outlive) gives it here, so that no wait runs past it.
+func (t *Tracker) ReserveWithin(r *http.Request, deadline time.Time) (Reservation, error) {
 	var st *hostState
 	if t.o.Key == nil && r.URL != nil {
 		st = t.slot.PeekURL(r.URL)
@@ -71,7 +79,7 @@ func (t *Tracker) Reserve(r *http.Request) (Reservation, error) {
 		return res, nil // the registry is full of live hosts
 	}
 	res.st = st
-	w := waiter{t: t, r: r, k: k, st: st, start: time.Now()}
+	w := waiter{t: t, r: r, k: k, st: st, start: time.Now(), deadline: deadline}
 	// The client-rate place is taken first, and waited for once the
 	// host's quotas have admitted the request: a request that its quotas
 	// would refuse fails at once, not after waiting for its place.
@@ -133,6 +141,8 @@ func (res *Reservation) Settle(resp *http.Response) {
 		}
 		if st != nil {
 			st.settle(time.Now(), res.at, res.route, nil, status, VerdictNone, time.Time{})
+		} else if status < 400 {
+			res.t.burst.add(res.burstName()) // the first burst, before any state
 		}
 		return // the common case: nothing to learn
 	}
@@ -142,8 +152,8 @@ func (res *Reservation) Settle(resp *http.Response) {
 	v, until := responseVerdict(status, h, qs, now, res.t.o.Reserve >= 0)
 	if s := res.t.o.Store; s != nil {
 		shared := until
-		if capped := now.Add(res.t.o.maxPause()); shared.After(capped) {
-			shared = capped // the fleet holds no longer than MaxPause either
+		if held := holdUntil(now, until, res.t.o.maxPause()); shared.After(held) {
+			shared = held // the fleet holds no longer than MaxPause either
 		}
 		fleetSettle(s, res.key.String(), qs, v, shared, now, res.t.o.Reserve)
 	}
@@ -159,6 +169,7 @@ func (res *Reservation) Settle(resp *http.Response) {
 			return
 		}
 		res.t.made.Add(1)
+		st.firstBurst(res.t.burst.count(res.burstName(), now))
 	}
 	st.settle(now, res.at, res.route, qs, status, v, until)
 }
@@ -191,4 +202,12 @@ func (res *Reservation) Cancel() {
 	if res.st != nil {
 		res.st.cancel(res)
 	}
+}
+
+// burstName is the name the first burst of res's host is counted under.
+func (res *Reservation) burstName() string {
+	if res.u != nil {
+		return res.u.Host
+	}
+	return res.key.Host
 }

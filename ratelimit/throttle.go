@@ -104,6 +104,9 @@ type throttle struct {
 	// all.
 	oks [okRing]time.Time
 	nok int
+	// burst is the successes of the first burst: those the host had in
+	// the second before it had state (see firstBursts).
+	burst int
 }
 
 // okRing is how many successes the throttle remembers: a second's worth
@@ -175,6 +178,9 @@ func (t *throttle) lastSecond(now time.Time) (float64, bool) {
 func (t *throttle) success(now, sent time.Time) {
 	t.oks[t.nok%okRing] = now
 	t.nok++
+	if sent.IsZero() {
+		t.burst++ // sent before the host had state: the first burst
+	}
 	on := t.on(now)
 	if sent.Before(t.cut) && (on || now.Sub(t.cut) < throttleForget) {
 		t.drain.add(now)
@@ -226,6 +232,22 @@ func (t *throttle) adopt(now time.Time, r float64) {
 	t.set = now // the plateau holds while the host says so
 }
 
+// holdBurst holds the rate just under the first burst's successes, a
+// measure of a limiter that counts a second (and the requests it
+// refuses), and reports whether it did: only when the burst was at least
+// DefaultReleaseRate, the guess it replaces (a burst smaller than that
+// is a bucket's, not a second's count).
+func (t *throttle) holdBurst(now time.Time) bool {
+	if t.burst < int(DefaultReleaseRate) || t.measured() {
+		return false
+	}
+	// A count of a second is of whole requests: a pace half a request
+	// under it keeps the count under the limit whatever the jitter.
+	t.plateau = max(float64(t.burst)*throttleBelow-0.5, minThrottleRate)
+	t.hold(now)
+	return true
+}
+
 // hold holds the rate at its plateau from now.
 func (t *throttle) hold(now time.Time) {
 	t.rate, t.grow, t.set = t.plateau, growHeld, now
@@ -255,7 +277,9 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 		// pause's requests are released at).
 		t.rate, t.grow = max(m*throttleCut, float64(DefaultReleaseRate)), growGuess
 	case t.rate == 0:
-		t.rate, t.grow = float64(DefaultReleaseRate), growGuess
+		// Less than a second of history: the first burst's successes,
+		// what the host accepted in that second, seed the guess.
+		t.rate, t.grow = max(float64(t.burst)*throttleCut, float64(DefaultReleaseRate)), growGuess
 	default:
 		if t.grow == growAIMD {
 			t.plateau = 0 // a second cut without a measure: the plateau is stale
@@ -283,6 +307,35 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 	t.drain = drain{}
 	t.pace.setRate(t.rate)
 	return true
+}
+
+// probeRefused records a 429 of a request let through at sent while a
+// learned rate is in force: a probe above the host's rate. When the cap
+// was about what the host accepted over the last second, that is the
+// host's rate: the cap holds just under it, as a measure. Otherwise the
+// 429 cuts as tooMany does. Either way the requests let through within
+// a pause's length meet the excess it found: their 429s change nothing.
+func (t *throttle) probeRefused(now, sent time.Time) {
+	if sent.Before(t.cut) || sent.Before(t.quiet) {
+		t.last429 = now
+		return
+	}
+	if t.nearMeasure(now) {
+		m, _ := t.lastSecond(now)
+		t.last429, t.cut, t.drain = now, now, drain{}
+		t.plateau = max(min(t.rate, m)*throttleBelow, minThrottleRate)
+		t.hold(now)
+	} else {
+		t.tooMany(now, sent, false)
+	}
+	t.quiet = later(t.quiet, now.Add(throttlePause))
+}
+
+// nearMeasure reports whether the cap in force is about what the host
+// accepted over the last second: a measure of the host's rate.
+func (t *throttle) nearMeasure(now time.Time) bool {
+	m, ok := t.lastSecond(now)
+	return ok && m > 0 && t.rate <= throttleNear*m
 }
 
 // drain is the spacing of a run of successes: its first gaps.
@@ -330,49 +383,4 @@ func (d *drain) rate() (float64, bool) {
 		return 0, false
 	}
 	return float64(time.Second) / float64(med), true
-}
-
-// pacer spaces requests at a rate, as a virtual schedule (GCRA): each
-// reservation takes the next slot; a cancelled one gives it back when no
-// later slot was taken. A restart voids every slot taken: their holders
-// take new ones, as do holders woken more than paceLate intervals late.
-type pacer struct {
-	interval time.Duration
-	next     time.Time // the next free slot
-	epoch    uint32    // counts restarts
-}
-
-func (p *pacer) setRate(r float64) {
-	p.interval = time.Duration(float64(time.Second) / r)
-}
-
-// restart starts the schedule again at from.
-func (p *pacer) restart(from time.Time) {
-	p.next = from
-	p.epoch++
-}
-
-// reserve takes the next slot at or after now and returns it.
-func (p *pacer) reserve(now time.Time) time.Time {
-	slot := p.next
-	if slot.Before(now) {
-		slot = now
-	}
-	p.next = slot.Add(p.interval)
-	return slot
-}
-
-// late reports whether a request woken at now for slot is so late that
-// going now could make a burst with the others woken late (a process
-// that stalled): more than paceLate intervals. A little late goes, so
-// that the schedule does not lose a slot to every late wake-up.
-func (p *pacer) late(slot, now time.Time) bool {
-	return now.Sub(slot) > paceLate*p.interval
-}
-
-// cancel gives back slot, if it is the last one taken.
-func (p *pacer) cancel(slot time.Time) {
-	if p.next.Equal(slot.Add(p.interval)) {
-		p.next = slot
-	}
 }

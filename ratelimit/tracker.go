@@ -95,6 +95,9 @@ type Tracker struct {
 	// without one, so that the responses of requests sent before can
 	// tell that their host has state now.
 	made atomic.Uint32
+	// burst counts the successes of hosts without state: the first
+	// burst that a host's first 429 learns from.
+	burst firstBursts
 }
 
 // NewTracker returns a Tracker with options o.
@@ -205,6 +208,13 @@ func (t *Tracker) Quota(r *http.Request) (Quota, bool) {
 // foreseen.) A Retry above asks it before it waits for its next attempt,
 // so that it never waits only to be refused.
 func (t *Tracker) RefusedAt(r *http.Request, at time.Time) error {
+	return t.RefusedAtWithin(r, at, time.Time{})
+}
+
+// RefusedAtWithin is RefusedAt for a request whose operation must also
+// end by deadline (zero: no deadline beside its context's); see
+// [Tracker.ReserveWithin].
+func (t *Tracker) RefusedAtWithin(r *http.Request, at, deadline time.Time) error {
 	if r.URL == nil && t.o.Key == nil {
 		return nil
 	}
@@ -217,7 +227,7 @@ func (t *Tracker) RefusedAt(r *http.Request, at time.Time) error {
 	if v.until.IsZero() {
 		return nil
 	}
-	w := waiter{t: t, r: r, k: k, st: st, start: at} // the wait Reserve would start at at
+	w := waiter{t: t, r: r, k: k, st: st, start: at, deadline: deadline} // the wait Reserve would start at at
 	if w.pastBudget(v.until) || !v.asked.IsZero() && w.pastBudget(v.asked) {
 		return w.refusal(at, v)
 	}

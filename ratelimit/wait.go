@@ -14,6 +14,8 @@ type waiter struct {
 	k     hosts.Key
 	st    *hostState
 	start time.Time
+	// deadline is the operation's, beside the context's (zero: none).
+	deadline time.Time
 	// waited is set once the request has waited: a wait of the
 	// Tracker's own making that would then run past its budget is
 	// skipped rather than refused, so that no request waits only to fail.
@@ -56,7 +58,11 @@ func (w *waiter) budget() (limit time.Time, strict bool, ok bool) {
 		return time.Time{}, false, false
 	}
 	limit = w.start.Add(mw)
-	if d, has := w.r.Context().Deadline(); has && !d.After(limit) {
+	d, has := w.r.Context().Deadline()
+	if !w.deadline.IsZero() && (!has || w.deadline.Before(d)) {
+		d, has = w.deadline, true
+	}
+	if has && !d.After(limit) {
 		return d, true, true
 	}
 	return limit, false, true

@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
+	"github.com/sturdyhttp/sturdy/internal/lex"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -40,135 +41,120 @@ const (
 type bound struct {
 	next    http.RoundTripper
 	mode    boundMode
-	d       time.Duration // the deadline; 0: none
-	idle    time.Duration // the idle limit; 0: none
-	tick    time.Duration // how often the idle watch looks: idle/8
-	readMax int64         // boundHeaders: read bodies up to this many bytes in the attempt (0: not unless asked per request)
-	dlErr   *DeadlineError
-	idleErr *DeadlineError
-	stack   stack // what the layers beneath learn of each other, when no layer above carries a stack
+	l       timecut.Limits
+	readMax int64 // boundHeaders: read bodies up to this many bytes in the attempt (0: not unless asked per request)
 }
 
 func newBound(next http.RoundTripper, mode boundMode, d, idle time.Duration, name string, readMax int64) *bound {
-	b := &bound{next: next, mode: mode, d: max(d, 0), idle: max(idle, 0), readMax: readMax}
-	b.dlErr = &DeadlineError{Bound: name, Limit: b.d}
-	if b.idle > 0 {
-		b.tick = max(b.idle/8, time.Millisecond)
-		b.idleErr = &DeadlineError{Bound: boundIdle, Limit: b.idle}
-		if mode == boundOperation {
-			b.stack.idleCut.Store(b)
-		}
-	}
-	return b
+	return &bound{next: next, mode: mode, l: newLimits(d, idle, name), readMax: readMax}
 }
 
 func (t *bound) CloseIdleConnections() { closeIdle(t.next) }
 
-// boundOp is what a bound allocates per request, in one piece: the
-// context, the request copy that carries it and the response body's
-// wrapper.
+// boundOp is what a bound of [New] allocates per request, in one piece:
+// the watch that cuts it, the scope its context carries (and the
+// operation, when no layer above made one), the request copy and the
+// response body's wrapper.
 type boundOp struct {
-	ctx  boundCtx
+	w    timecut.Watch
+	s    scope
+	op   operation
 	req  http.Request
 	body boundBody
 }
 
 func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.mode == boundAll {
+		return t.hard(req)
+	}
 	parent := req.Context()
 	readMax := t.readMax
 	if t.mode == boundHeaders {
-		if readBodyUsed.Load() { // else no context carries the key
-			if v, ok := parent.Value(readBodyKey{}).(int64); ok {
-				readMax = v
+		if readBodyUsed.Load() { // else no context carries a limit
+			if s := scopeOf(parent); s != nil && s.readBody != 0 {
+				readMax = s.readBody
 			}
 		}
-		if t.d == 0 && readMax <= 0 {
+		if t.l.D == 0 && readMax <= 0 {
 			return t.next.RoundTrip(req)
 		}
 	}
-	var now time.Duration // clockNow, read once, and only when needed
-	if t.d > 0 {
-		now = clockNow()
-	}
-	watchBody := t.idle > 0 && (t.mode == boundOperation || readMax > 0)
-	if pdl, ok := parent.Deadline(); ok && readMax <= 0 {
-		// The caller's own deadline comes before anything this bound
-		// could cut: it has nothing to add.
-		if t.d == 0 {
-			now = clockNow()
-		}
-		left := pdl.Sub(clockTime(now))
-		if (t.d == 0 || left <= t.d) && (!watchBody || left <= t.idle) {
+	now := timecut.Now()
+	ps := scopeOf(parent)
+	watchBody := t.l.Idle > 0 && (t.mode == boundOperation || readMax > 0)
+	if pdl, ok := deadlineOfScope(parent, ps); ok && readMax <= 0 {
+		// A deadline above comes before anything this bound could cut:
+		// it has nothing to add.
+		left := pdl.Sub(timecut.Time(now))
+		if (t.l.D == 0 || left <= t.l.D) && (!watchBody || left <= t.l.Idle) {
 			return t.next.RoundTrip(req)
 		}
 	}
-	op := &boundOp{}
-	c := &op.ctx
-	c.start(parent, t, now)
-	if s := stackOf(parent); s == nil {
-		c.ownsStack = true // the layers beneath meet in t.stack
-	} else if t.mode == boundOperation {
-		join(&s.idleCut, t)
+	bo := &boundOp{}
+	ctx, cancel := context.WithCancelCause(parent)
+	w := &bo.w
+	if ps != nil {
+		bo.s, w.Up = *ps, ps.bound
 	}
-	op.req = *req.WithContext(c)
-	resp, err := t.next.RoundTrip(&op.req)
+	if bo.s.op == nil {
+		bo.op.start = now
+		bo.s.op = &bo.op
+	}
+	bo.s.bound = w
+	w.Start(&t.l, now, cancel)
+	bo.req = *req.WithContext(context.WithValue(ctx, opKey{}, &bo.s))
+	resp, err := t.next.RoundTrip(&bo.req)
 	if err != nil || resp == nil {
 		if err != nil {
-			c.settle() // a failure after the deadline is the deadline's
+			w.Settle() // a failure after the deadline is the deadline's
 		}
-		if cut := c.release(); cut != nil && err != nil {
+		if cut := w.Release(); cut != nil && err != nil {
 			err = withAttempts(cut, err) // the cut, and how many attempts it ended
 		}
 		return resp, err
 	}
 	body := resp.Body
 	if body == nil || body == http.NoBody {
-		c.release()
+		w.Release()
 		return resp, nil
 	}
 	if rw, ok := body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		if t.mode != boundAll {
-			c.bodyStarts(false, false) // an upgraded connection is neither bounded nor cut
-		} else {
-			// net/http stops watching the context after a 101: the
-			// deadline closes the connection itself.
-			c.AfterFunc(func() { rw.Close() })
-		}
-		resp.Body = &boundBodyRW{boundBody{rc: rw, c: c}, rw}
+		w.BodyStarts(false, false) // an upgraded connection is neither bounded nor cut
+		resp.Body = &boundBodyRW{boundBody{rc: rw, w: w}, rw}
 		return resp, nil
 	}
-	op.body = boundBody{rc: body, c: c}
+	bo.body = boundBody{rc: body, w: w}
 	switch t.mode {
 	case boundOperation:
-		c.bodyStarts(!c.streamOf(resp), t.idle > 0)
+		w.BodyStarts(!isStream(resp), true)
 	case boundHeaders:
-		if readMax > 0 && !c.streamOf(resp) {
-			c.bodyStarts(false, t.idle > 0)
-			return readInAttempt(resp, &op.body, readMax)
+		if readMax > 0 && !isStream(resp) {
+			w.BodyStarts(false, true)
+			return readInAttempt(resp, &bo.body, readMax)
 		}
-		c.bodyStarts(false, false)
+		w.BodyStarts(false, false)
 	}
-	resp.Body = &op.body
+	resp.Body = &bo.body
 	return resp, nil
 }
 
-// boundBody is a response body under a bound: each Read is counted for
-// the idle watch (two atomic adds), the bound is released at EOF or
+// boundBody is a response body under a watch: each Read is counted for
+// the idle watch (two atomic adds), the watch is released at EOF or
 // Close, and an error caused by a cut is the cut's [*DeadlineError].
 type boundBody struct {
 	rc io.ReadCloser
-	c  *boundCtx
-	w  io.Writer // where WriteTo writes
+	w  *timecut.Watch
+	wr io.Writer // where WriteTo writes
 }
 
 func (b *boundBody) Read(p []byte) (int, error) {
-	b.c.activity.Add(1)
+	b.w.Enter()
 	n, err := b.rc.Read(p)
-	b.c.activity.Add(1)
+	b.w.Leave()
 	if err != nil {
 		if err == io.EOF {
-			b.c.release()
-		} else if cut := b.c.settle(); cut != nil {
+			b.w.Release()
+		} else if cut := b.w.Settle(); cut != nil {
 			err = cut
 		}
 	}
@@ -185,13 +171,13 @@ func (b *boundBody) WriteTo(w io.Writer) (int64, error) {
 	if !ok {
 		return io.Copy(w, (*bodyReader)(b))
 	}
-	b.w = w
-	b.c.activity.Add(1)
+	b.wr = w
+	b.w.Enter()
 	n, err := wt.WriteTo((*bodyWriter)(b))
-	b.c.activity.Add(1)
+	b.w.Leave()
 	if err == nil {
-		b.c.release()
-	} else if cut := b.c.settle(); cut != nil {
+		b.w.Release()
+	} else if cut := b.w.Settle(); cut != nil {
 		err = cut
 	}
 	return n, err
@@ -203,29 +189,29 @@ type bodyReader boundBody
 
 func (r *bodyReader) Read(p []byte) (int, error) { return (*boundBody)(r).Read(p) }
 
-// bodyWriter is the writer a body's own WriteTo writes to (b.w): each
+// bodyWriter is the writer a body's own WriteTo writes to (b.wr): each
 // write leaves the body's wait on the server while it runs.
 type bodyWriter boundBody
 
 func (b *bodyWriter) Write(p []byte) (int, error) {
-	b.c.activity.Add(1)
-	n, err := b.w.Write(p)
-	b.c.activity.Add(1)
+	b.w.Leave()
+	n, err := b.wr.Write(p)
+	b.w.Enter()
 	return n, err
 }
 
 // WriteString keeps a body that writes strings (a strings.Reader) from
 // copying them.
 func (b *bodyWriter) WriteString(s string) (int, error) {
-	b.c.activity.Add(1)
-	n, err := io.WriteString(b.w, s)
-	b.c.activity.Add(1)
+	b.w.Leave()
+	n, err := io.WriteString(b.wr, s)
+	b.w.Enter()
 	return n, err
 }
 
 func (b *boundBody) Close() error {
 	err := b.rc.Close()
-	b.c.release()
+	b.w.Release()
 	return err
 }
 
@@ -233,14 +219,14 @@ func (b *boundBody) Close() error {
 // upgraded connection, readable and writable.
 type boundBodyRW struct {
 	boundBody
-	w io.Writer
+	wc io.Writer
 }
 
-func (b *boundBodyRW) Write(p []byte) (int, error) { return b.w.Write(p) }
+func (b *boundBodyRW) Write(p []byte) (int, error) { return b.wc.Write(p) }
 
 // CloseWrite half-closes the upgraded connection, as net/http's own 101
 // body allows.
-func (b *boundBodyRW) CloseWrite() error { return closeWrite(b.w) }
+func (b *boundBodyRW) CloseWrite() error { return closeWrite(b.wc) }
 
 // isStream reports whether resp's body is a stream: read for as long as
 // it makes progress rather than inside a deadline. Streams are server-sent
@@ -249,51 +235,30 @@ func (b *boundBodyRW) CloseWrite() error { return closeWrite(b.w) }
 // event streams (Bedrock's streaming responses).
 func isStream(resp *http.Response) bool { return isStreamType(streamMediaType(resp)) }
 
-// streamOf is isStream(resp), read from what a layer beneath learnt of
-// resp when it judged its media type already (see judgedMedia): the
-// header is looked up once per response.
-func (c *boundCtx) streamOf(resp *http.Response) bool {
-	if c.media == resp {
-		return c.isStream
-	}
-	return isStream(resp)
-}
-
-// judgedMedia records in req's context, when req is a bound's own
-// request, that resp is a stream or not, for the bound to read
-// (streamOf); ct is resp's streamMediaType. Only the bound's own request
-// records: one goroutine sends it at a time, and the bound reads what it
-// recorded once it returns. A copy of it (a foreign layer's clone, a
-// hedge's copy, an unvouched POST's watched attempt) records nothing, and
-// the bound reads the header itself.
-func judgedMedia(req *http.Request, resp *http.Response, ct string) {
-	if c, ok := req.Context().(*boundCtx); ok && c.owns(req) {
-		c.media, c.isStream = resp, isStreamType(ct)
-	}
-}
-
-// owns reports whether req is the request copy allocated with c, in
-// its boundOp. It compares addresses only, and reads nothing.
-func (c *boundCtx) owns(req *http.Request) bool {
-	return uintptr(unsafe.Pointer(c))+unsafe.Offsetof(boundOp{}.req) == uintptr(unsafe.Pointer(req))
-}
-
 // isStreamType reports whether ct, a streamMediaType, names a stream.
 func isStreamType(ct string) bool {
+	_, ok := streamFormat(ct)
+	return ok
+}
+
+// streamFormat looks ct, a streamMediaType, up in the one list of
+// stream media types: ok reports a stream, and f how its events are
+// framed when its first event can be told (0 otherwise).
+func streamFormat(ct string) (f lex.EventFormat, ok bool) {
 	if ct == "" {
-		return false
+		return 0, false // text/plain, application/json: no compare needed
 	}
 	for _, s := range streamTypes {
-		if len(ct) == len(s) && strings.EqualFold(ct, s) {
-			return true
+		if len(ct) == len(s.ct) && strings.EqualFold(ct, s.ct) {
+			return s.f, true
 		}
 	}
 	for _, p := range streamPrefixes {
 		if len(ct) > len(p) && strings.EqualFold(ct[:len(p)], p) {
-			return true
+			return 0, true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // streamMediaType returns resp's media type (its Content-Type without
@@ -318,21 +283,26 @@ func streamMediaType(resp *http.Response) string {
 	return ct
 }
 
-var streamTypes = [...]string{
-	"text/event-stream",
-	"application/x-ndjson",
-	"application/ndjson",
-	"application/jsonl",
-	"application/x-jsonl",
-	"application/jsonlines",
-	"application/x-jsonlines",
-	"application/json-seq",
-	"application/stream+json",
-	"application/x-json-stream",
-	"multipart/x-mixed-replace",
-	"application/grpc",
-	"application/grpc-web",
-	"application/vnd.amazon.eventstream",
+// streamTypes are the media types of streams, with how the events of
+// those whose first event [FirstEvent] can tell are framed.
+var streamTypes = [...]struct {
+	ct string
+	f  lex.EventFormat
+}{
+	{"text/event-stream", lex.SSE},
+	{"application/x-ndjson", lex.NDJSON},
+	{"application/ndjson", lex.NDJSON},
+	{"application/jsonl", lex.NDJSON},
+	{"application/x-jsonl", lex.NDJSON},
+	{"application/jsonlines", lex.NDJSON},
+	{"application/x-jsonlines", lex.NDJSON},
+	{"application/json-seq", 0},
+	{"application/stream+json", 0},
+	{"application/x-json-stream", 0},
+	{"multipart/x-mixed-replace", 0},
+	{"application/grpc", 0},
+	{"application/grpc-web", 0},
+	{"application/vnd.amazon.eventstream", 0},
 }
 
 var streamPrefixes = [...]string{
@@ -341,11 +311,8 @@ var streamPrefixes = [...]string{
 	"application/connect+", // Connect's streaming protocol
 }
 
-// readBodyKey is the context key of [WithReadBody].
-type readBodyKey struct{}
-
-// readBodyUsed is set once WithReadBody has made a context with the
-// key: until then the attempt bound need not look for it, which costs a
+// readBodyUsed is set once WithReadBody has made a context with a
+// limit: until then the attempt bound need not look for it, which costs a
 // walk up the request's context chain.
 var readBodyUsed atomic.Bool
 
@@ -360,7 +327,7 @@ func WithReadBody(ctx context.Context, limit int64) context.Context {
 	if !readBodyUsed.Load() {
 		readBodyUsed.Store(true)
 	}
-	return context.WithValue(ctx, readBodyKey{}, limit)
+	return withScope(ctx, func(s *scope) { s.readBody = limit })
 }
 
 // readInAttempt reads resp's body (under its bound, b) up to limit bytes

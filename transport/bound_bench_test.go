@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"strconv"
@@ -25,7 +26,7 @@ func BenchmarkClock(b *testing.B) {
 	})
 	b.Run("clockNow", func(b *testing.B) {
 		for b.Loop() {
-			sinkDuration = clockNow()
+			sinkDuration = timecut.Now()
 		}
 	})
 }

@@ -302,16 +302,17 @@ func TestUpgradeBounds(t *testing.T) {
 	}
 }
 
-// A bound reads a stream's verdict from the layer beneath only for the
-// response that layer judged: a response swapped on the way up (by a
-// foreign wrapper, or a Retry handing back another attempt's) is judged
-// again.
+// A bound judges the response it is handed: a response swapped on the
+// way up (by a foreign wrapper, or a Retry handing back another
+// attempt's) is judged by its own header. (Ported: the bound no longer
+// reads a verdict recorded by the layer beneath; it reads the header of
+// the response it holds, and this runs that through a stack.)
 func TestBoundStreamOfJudgedResponse(t *testing.T) {
-	sse := &http.Response{Header: http.Header{"Content-Type": {"text/event-stream"}}}
-	plain := &http.Response{Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}}
+	sse := http.Header{"Content-Type": {"text/event-stream"}}
+	plain := http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
 	tests := []struct {
 		name          string
-		judged, asked *http.Response
+		judged, asked http.Header
 		want          bool
 	}{
 		{"the judged plain response", plain, plain, false},
@@ -321,23 +322,39 @@ func TestBoundStreamOfJudgedResponse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			op := &boundOp{}
-			c := &op.ctx
-			c.parent = context.Background()
-			op.req = *(&http.Request{}).WithContext(c)
-			judgedMedia(&op.req, tt.judged, streamMediaType(tt.judged))
-			if got := c.streamOf(tt.asked); got != tt.want {
-				t.Errorf("streamOf = %v, want %v", got, tt.want)
-			}
-			// A copy of the bound's request (a clone, a hedge's copy)
-			// records nothing: the bound reads the header itself.
-			other := &boundOp{}
-			other.ctx.parent = context.Background()
-			clone := (&http.Request{}).WithContext(&other.ctx)
-			judgedMedia(clone, tt.judged, streamMediaType(tt.judged))
-			if other.ctx.media != nil {
-				t.Errorf("a request not the bound's own recorded its response's media type")
-			}
+			synctest.Test(t, func(t *testing.T) {
+				base := Func(func(r *http.Request) (*http.Response, error) {
+					ctx := r.Context()
+					body := readerFunc(func(p []byte) (int, error) {
+						if ctx.Err() != nil { // as net/http's bodies end with their context
+							return 0, context.Cause(ctx)
+						}
+						return 0, io.EOF
+					})
+					return &http.Response{StatusCode: 200, Header: tt.judged, Body: io.NopCloser(body), Request: r}, nil
+				})
+				swap := func(next http.RoundTripper) http.RoundTripper {
+					return Func(func(r *http.Request) (*http.Response, error) {
+						resp, err := next.RoundTrip(r)
+						if err == nil {
+							resp.Header = tt.asked
+						}
+						return resp, err
+					})
+				}
+				rt := New(Options{Base: Chain(base, swap), Timeout: time.Second, Disable: LayerRetry | LayerFirstEvent})
+				req, _ := http.NewRequest("GET", "http://api.test/", nil)
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				time.Sleep(2 * time.Second) // past Timeout: a stream's body is not bound by it
+				_, rerr := io.ReadAll(resp.Body)
+				if got := rerr == nil; got != tt.want {
+					t.Errorf("body readable past Timeout = %v (err %v), want %v (judged as a stream)", got, rerr, tt.want)
+				}
+			})
 		})
 	}
 }

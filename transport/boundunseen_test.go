@@ -57,7 +57,7 @@ func TestBoundDeadlineUnseenBodyError(t *testing.T) {
 					if watch {
 						ctx.Done()
 					}
-					dl, _ := ctx.Deadline()
+					dl, _ := deadlineOf(ctx) // New's Timeout is the operation's: a base that enforces it as a socket deadline
 					body := readerFunc(func(p []byte) (int, error) {
 						time.Sleep(time.Until(dl) + time.Millisecond)
 						return 0, sockTimeout()

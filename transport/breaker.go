@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/circuit"
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"net/http"
 	"net/url"
 	"time"
@@ -31,7 +33,7 @@ func Breaker(s BreakerSettings) Middleware { return NewBreakers(s).Middleware() 
 type Breakers struct {
 	c     breakerConfig
 	epoch time.Time
-	slot  *hosts.Slot[circuit]
+	slot  *hosts.Slot[circuit.Circuit]
 }
 
 // NewBreakers returns the breakers of settings s, none made yet.
@@ -41,12 +43,12 @@ func NewBreakers(s BreakerSettings) *Breakers { return newBreakers(s, nil) }
 // shares between its layers; nil means a registry of their own.
 func newBreakers(s BreakerSettings, reg *hosts.Registry) *Breakers {
 	b := &Breakers{c: s.config(), epoch: time.Now()}
-	newState := func(k hosts.Key) *circuit { return newCircuit(&b.c, b.epoch, k.String()) }
+	newState := func(k hosts.Key) *circuit.Circuit { return circuit.New(&b.c.Config, b.epoch, k.String()) }
 	if reg != nil {
-		b.slot = hosts.NewSlot(reg, newState, (*circuit).liveAt)
+		b.slot = hosts.NewSlot(reg, newState, (*circuit.Circuit).LiveAt)
 	}
 	if b.slot == nil { // no registry given, or no slot left in it
-		b.slot = hosts.NewSlot(hosts.New(hosts.Options{}), newState, (*circuit).liveAt)
+		b.slot = hosts.NewSlot(hosts.New(hosts.Options{}), newState, (*circuit.Circuit).LiveAt)
 	}
 	return b
 }
@@ -76,14 +78,14 @@ func (b *Breakers) State(u *url.URL) BreakerState {
 	}
 	st := BreakerClosed
 	if e := b.slot.Peek(k); e != nil {
-		st = BreakerState(e.state.Load())
-		if st == BreakerOpen && !e.open(e.since()) {
+		st = e.State()
+		if st == BreakerOpen && !e.IsOpen(e.Since()) {
 			st = BreakerHalfOpen
 		}
 	}
 	if s := b.c.store; s != nil {
 		now := time.Now()
-		st = max(st, fleetState(fleetView(s, k.String(), now, b.c.cooldown), now))
+		st = max(st, fleetState(fleetView(s, k.String(), now, b.c.Cooldown), now))
 	}
 	return st
 }
@@ -97,14 +99,14 @@ func (b *Breakers) refusedAt(req *http.Request, at time.Time) error {
 	}
 	e := b.slot.Peek(k)
 	if e != nil && b.c.store != nil {
-		if err := fleetRefusedAt(b.c.store, e.name, at, b.c.cooldown); err != nil {
+		if err := fleetRefusedAt(b.c.store, e.Name(), at, b.c.Cooldown); err != nil {
 			return err
 		}
 	}
-	if e == nil || !e.open(at.Sub(e.epoch)) {
+	if e == nil || !e.IsOpen(at.Sub(e.Epoch())) {
 		return nil
 	}
-	return e.refusal(e.since(), false)
+	return openError(e, e.Refusal(e.Since(), false))
 }
 
 // hedgeRefusedAt is refusedAt for a hedge, a copy beside one sent
@@ -119,10 +121,10 @@ func (b *Breakers) hedgeRefusedAt(req *http.Request, at time.Time) error {
 	if !ok {
 		return nil
 	}
-	if e := b.slot.Peek(k); e != nil && BreakerState(e.state.Load()) != BreakerClosed {
-		return e.refusal(e.since(), true)
+	if e := b.slot.Peek(k); e != nil && e.State() != BreakerClosed {
+		return openError(e, e.Refusal(e.Since(), true))
 	}
-	if s := b.c.store; s != nil && fleetState(fleetView(s, k.String(), at, b.c.cooldown), at) != BreakerClosed {
+	if s := b.c.store; s != nil && fleetState(fleetView(s, k.String(), at, b.c.Cooldown), at) != BreakerClosed {
 		// The fleet's view counts too: half-open there, the first copy
 		// is the fleet's probe, and a hedge would be refused unsent.
 		return &CircuitOpenError{Key: k.String(), State: BreakerHalfOpen}
@@ -193,7 +195,7 @@ func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	// bodies: a request may reach this layer by a way that passes no
 	// Retry (a router above it), and a body checked already costs one
 	// type assertion.
-	req, err := checkCaller(req, false)
+	req, err := reqbody.CheckCaller(req, false)
 	if err != nil {
 		return nil, err // the caller's error counts neither way
 	}
@@ -207,7 +209,7 @@ func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 }
 
 func (t *breakerTransport) roundTrip(req *http.Request) (*http.Response, error) {
-	var e *circuit
+	var e *circuit.Circuit
 	if t.b.c.key == nil && req.URL != nil {
 		e = t.b.slot.GetURL(req.URL)
 	} else if k, ok := t.b.key(req); ok {
@@ -225,14 +227,14 @@ func (t *breakerTransport) roundTrip(req *http.Request) (*http.Response, error) 
 
 // circuitRoundTrip sends req through e: at once while it is closed, else
 // through guarded.
-func (t *breakerTransport) circuitRoundTrip(req *http.Request, e *circuit) (*http.Response, error) {
-	gen := e.gen.Load()
-	if BreakerState(e.state.Load()) == BreakerClosed {
+func (t *breakerTransport) circuitRoundTrip(req *http.Request, e *circuit.Circuit) (*http.Response, error) {
+	gen := e.Gen()
+	if e.State() == BreakerClosed {
 		// The fast path: no lock, one clock read when the outcome is
 		// counted.
-		seq := e.failSeq.Load()
+		seq := e.FailSeq()
 		resp, err := t.next.RoundTrip(req)
-		e.record(gen, t.b.judge(req, resp, err), seq)
+		e.Record(gen, t.b.judge(req, resp, err), seq)
 		return resp, err
 	}
 	return t.guarded(req, e)
@@ -240,27 +242,27 @@ func (t *breakerTransport) circuitRoundTrip(req *http.Request, e *circuit) (*htt
 
 // guarded sends req through a breaker that is not closed: refused while
 // its open period lasts, then let through as a probe (see admit).
-func (t *breakerTransport) guarded(req *http.Request, e *circuit) (*http.Response, error) {
+func (t *breakerTransport) guarded(req *http.Request, e *circuit.Circuit) (*http.Response, error) {
 	joinBreakers(req.Context(), t.b) // a Hedge above asks before it sends a copy
-	gen, probe, refusal := e.admit()
+	gen, probe, refusal := e.Admit()
 	if refusal != nil {
-		return nil, refuse(req, refusal)
+		return nil, refuse(req, openError(e, refusal))
 	}
 	if !probe { // closed since the check: counted as on the fast path
-		seq := e.failSeq.Load()
+		seq := e.FailSeq()
 		resp, err := t.next.RoundTrip(req)
-		e.record(gen, t.b.judge(req, resp, err), seq)
+		e.Record(gen, t.b.judge(req, resp, err), seq)
 		return resp, err
 	}
 	settled := false
 	defer func() {
 		if !settled { // the RoundTrip beneath panicked: the probe failed
-			e.settle(gen, policy.HostFailing)
+			e.Settle(gen, policy.HostFailing)
 		}
 	}()
 	resp, err := t.next.RoundTrip(req)
 	settled = true
-	e.settle(gen, t.b.judge(req, resp, err))
+	e.Settle(gen, t.b.judge(req, resp, err))
 	return resp, err
 }
 

@@ -144,16 +144,16 @@ func gobreakerSettings(name string) gobreaker.Settings {
 	c := BreakerSettings{}.config()
 	return gobreaker.Settings{
 		Name:         name,
-		MaxRequests:  c.halfOpen,
-		Interval:     c.window,
-		BucketPeriod: c.window / 10,
-		Timeout:      c.cooldown,
+		MaxRequests:  c.HalfOpen,
+		Interval:     c.Window,
+		BucketPeriod: c.Window / 10,
+		Timeout:      c.Cooldown,
 		ReadyToTrip: func(n gobreaker.Counts) bool {
 			ended := uint64(n.TotalSuccesses + n.TotalFailures)
-			if ended < c.minRequests {
-				return n.ConsecutiveFailures >= c.consecutive
+			if ended < c.MinRequests {
+				return n.ConsecutiveFailures >= c.Consecutive
 			}
-			return float64(n.TotalFailures) >= c.ratio*float64(ended) || uint64(n.ConsecutiveFailures) >= c.minRequests
+			return float64(n.TotalFailures) >= c.Ratio*float64(ended) || uint64(n.ConsecutiveFailures) >= c.MinRequests
 		},
 		IsExcluded: func(err error) bool { return err == errGobreakerIgnored },
 	}

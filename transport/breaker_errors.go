@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/circuit"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/policy"
@@ -47,3 +48,12 @@ func (e *CircuitOpenError) Retriable() bool { return false }
 // RefusedBy returns "circuit open": the request was refused unsent (see
 // [policy.Refusal]).
 func (e *CircuitOpenError) RefusedBy() string { return string(policy.ReasonCircuitOpen) }
+
+// openError is the error of a request that the circuit e refused, as r
+// says.
+func openError(e *circuit.Circuit, r *circuit.Refusal) *CircuitOpenError {
+	if r.HalfOpen {
+		return &CircuitOpenError{Key: e.Name(), State: BreakerHalfOpen}
+	}
+	return &CircuitOpenError{Key: e.Name(), State: BreakerOpen, RetryIn: r.RetryIn}
+}

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/sturdyhttp/sturdy/internal/circuit"
 	"math"
 	"net/http"
 	"time"
@@ -20,10 +21,19 @@ const (
 	defaultBreakerWindow      = 10 * time.Second
 )
 
-// minStreakSpan is how long a busy host's run of failures must last to
-// open its breaker: a burst of failures that end within a few
-// milliseconds is one event, not evidence that the host is down.
-const minStreakSpan = 50 * time.Millisecond
+// BreakerState is the state of one circuit breaker.
+type BreakerState = circuit.State
+
+// The states of a circuit breaker.
+const (
+	// BreakerClosed: requests are sent and their outcomes counted.
+	BreakerClosed BreakerState = circuit.Closed
+	// BreakerHalfOpen: a few probes are sent to learn whether the host
+	// has recovered; other requests are refused.
+	BreakerHalfOpen BreakerState = circuit.HalfOpen
+	// BreakerOpen: every request is refused until the open period ends.
+	BreakerOpen BreakerState = circuit.Open
+)
 
 // BreakerSettings configures [Breaker] and [NewBreakers]. The zero value
 // is ready to use; each field says its default.
@@ -130,51 +140,56 @@ type BreakerSettings struct {
 
 // breakerConfig is BreakerSettings with its defaults applied.
 type breakerConfig struct {
-	consecutive uint32
-	minRequests uint64
-	ratio       float64 // 0: no ratio rule
-	window      time.Duration
-	cooldown    time.Duration
-	halfOpen    uint32
-	isFailure   func(*http.Response, error) bool
-	key         func(*http.Request) string
-	onChange    func(string, BreakerState, BreakerState)
-	store       BreakerStore
+	circuit.Config
+	isFailure func(*http.Response, error) bool
+	key       func(*http.Request) string
+	store     BreakerStore
 }
 
 func (s BreakerSettings) config() breakerConfig {
 	c := breakerConfig{
-		consecutive: s.ConsecutiveFailures,
-		minRequests: uint64(s.MinRequests),
-		ratio:       s.FailureRatio,
-		window:      s.Window,
-		cooldown:    s.Cooldown,
-		halfOpen:    s.HalfOpenRequests,
-		isFailure:   s.IsFailure,
-		key:         s.Key,
-		onChange:    s.OnStateChange,
-		store:       s.Store,
+		Config: circuit.Config{
+			Consecutive: s.ConsecutiveFailures,
+			MinRequests: uint64(s.MinRequests),
+			Ratio:       s.FailureRatio,
+			Window:      s.Window,
+			Cooldown:    s.Cooldown,
+			HalfOpen:    s.HalfOpenRequests,
+		},
+		isFailure: s.IsFailure,
+		key:       s.Key,
+		store:     s.Store,
 	}
-	if c.consecutive == 0 {
-		c.consecutive = defaultBreakerFailures
+	if c.Consecutive == 0 {
+		c.Consecutive = defaultBreakerFailures
 	}
-	if c.minRequests == 0 {
-		c.minRequests = defaultBreakerMinRequests
+	if c.MinRequests == 0 {
+		c.MinRequests = defaultBreakerMinRequests
 	}
 	switch {
-	case c.ratio == 0:
-		c.ratio = defaultBreakerRatio
-	case !(c.ratio > 0 && c.ratio <= 1): // negative, above 1, NaN
-		c.ratio = math.Inf(1) // never reached
+	case c.Ratio == 0:
+		c.Ratio = defaultBreakerRatio
+	case !(c.Ratio > 0 && c.Ratio <= 1): // negative, above 1, NaN
+		c.Ratio = math.Inf(1) // never reached
 	}
-	if c.window <= 0 {
-		c.window = defaultBreakerWindow
+	if c.Window <= 0 {
+		c.Window = defaultBreakerWindow
 	}
-	if c.cooldown <= 0 {
-		c.cooldown = DefaultBreakerCooldown
+	if c.Cooldown <= 0 {
+		c.Cooldown = DefaultBreakerCooldown
 	}
-	if c.halfOpen == 0 {
-		c.halfOpen = 1
+	if c.HalfOpen == 0 {
+		c.HalfOpen = 1
+	}
+	if f, store := s.OnStateChange, c.store; f != nil || store != nil {
+		c.OnChange = func(e *circuit.Circuit, from, to BreakerState) {
+			if store != nil {
+				publish(store, e, to)
+			}
+			if f != nil {
+				f(e.Name(), from, to)
+			}
+		}
 	}
 	return c
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sturdyhttp/sturdy/internal/circuit"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -90,12 +91,12 @@ func breakerStateOf(t *testing.T, rt http.RoundTripper, key string) BreakerState
 	t.Helper()
 	key = breakerKey(key)
 	st := BreakerClosed
-	rt.(*breakerTransport).b.slot.Range(func(_ hosts.Key, e *circuit) bool {
-		if e.name != key {
+	rt.(*breakerTransport).b.slot.Range(func(_ hosts.Key, e *circuit.Circuit) bool {
+		if e.Name() != key {
 			return true
 		}
-		st = BreakerState(e.state.Load())
-		if st == BreakerOpen && !e.open(e.since()) {
+		st = e.State()
+		if st == BreakerOpen && !e.IsOpen(e.Since()) {
 			st = BreakerHalfOpen
 		}
 		return false
@@ -116,8 +117,8 @@ func breakerKey(key string) string {
 // breakerKeys returns the keys rt holds a breaker for.
 func breakerKeys(rt http.RoundTripper) map[string]bool {
 	keys := map[string]bool{}
-	rt.(*breakerTransport).b.slot.Range(func(_ hosts.Key, e *circuit) bool {
-		keys[e.name] = true
+	rt.(*breakerTransport).b.slot.Range(func(_ hosts.Key, e *circuit.Circuit) bool {
+		keys[e.Name()] = true
 		return true
 	})
 	return keys
@@ -1520,7 +1521,7 @@ func TestBreakerOneBreakerPerKey(t *testing.T) {
 	for i := range keys {
 		var (
 			wg    sync.WaitGroup
-			got   [64]*circuit
+			got   [64]*circuit.Circuit
 			start = make(chan struct{})
 		)
 		k := hosts.MakeKey("http", "h"+strconv.Itoa(i)+".test")

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/circuit"
 	"net/http"
 	"time"
 
@@ -105,7 +106,7 @@ func fleetAdmit(ctx context.Context, s BreakerStore, key string, cooldown time.D
 // outcome, published, ends the claim sooner.
 func probeTTL(ctx context.Context, now time.Time, cooldown time.Duration) time.Duration {
 	ttl := maxProbeClaim
-	if dl, ok := ctx.Deadline(); ok {
+	if dl, ok := deadlineOf(ctx); ok {
 		ttl = dl.Sub(now)
 	}
 	return max(ttl, cooldown)
@@ -155,8 +156,8 @@ func fleetSettle(s BreakerStore, key string, failed, ignored bool, cooldown time
 // fleetRoundTrip is the RoundTrip of a breaker with a [BreakerStore]: the
 // fleet's view first (fleetAdmit), then the host's own circuit; the
 // outcome of the fleet's probe is published.
-func (t *breakerTransport) fleetRoundTrip(req *http.Request, e *circuit, s BreakerStore) (*http.Response, error) {
-	probe, refusal := fleetAdmit(req.Context(), s, e.name, t.b.c.cooldown)
+func (t *breakerTransport) fleetRoundTrip(req *http.Request, e *circuit.Circuit, s BreakerStore) (*http.Response, error) {
+	probe, refusal := fleetAdmit(req.Context(), s, e.Name(), t.b.c.Cooldown)
 	if refusal != nil {
 		return nil, refuse(req, refusal)
 	}
@@ -164,19 +165,19 @@ func (t *breakerTransport) fleetRoundTrip(req *http.Request, e *circuit, s Break
 	if probe {
 		v := t.b.judge(req, resp, err)
 		ignored := v == policy.HostIgnored || errors.Is(err, ErrCircuitOpen) // not sent: says nothing
-		fleetSettle(s, e.name, v == policy.HostFailing, ignored, t.b.c.cooldown)
+		fleetSettle(s, e.Name(), v == policy.HostFailing, ignored, t.b.c.Cooldown)
 	}
 	return resp, err
 }
 
-// publish tells the fleet of a change of e's state; called after e's
-// locks are released, in the order of the changes.
-func (e *circuit) publish(to BreakerState) {
+// publish tells the fleet, s, of a change of e's state to to; called
+// after e's locks are released, in the order of the changes.
+func publish(s BreakerStore, e *circuit.Circuit, to BreakerState) {
 	switch to {
 	case BreakerOpen:
-		e.c.store.Publish(e.name, SharedBreakerState{State: BreakerOpen, Until: e.epoch.Add(time.Duration(e.openUntil.Load()))})
+		s.Publish(e.Name(), SharedBreakerState{State: BreakerOpen, Until: e.Epoch().Add(e.OpenUntil())})
 	case BreakerClosed:
-		e.c.store.Publish(e.name, SharedBreakerState{State: BreakerClosed})
+		s.Publish(e.Name(), SharedBreakerState{State: BreakerClosed})
 	}
 }
 

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"net/url"
 	"time"
 
@@ -35,7 +36,7 @@ func budgetOf(b *policy.Budget) retryBudget {
 // newSharedBudget returns a budget with b's settings whose hosts live in
 // reg, beside each host's breaker and quota.
 func newSharedBudget(b *policy.Budget, reg *hosts.Registry) retryBudget {
-	return budgetOf(policy.NewBudgetOn(b, reg))
+	return budgetOf(hosts.BudgetOn(b, reg).(*policy.Budget))
 }
 
 type budget struct{ b *policy.Budget }
@@ -44,9 +45,9 @@ func (o budget) request(u *url.URL, now time.Duration) { o.b.RequestURL(u, unixN
 
 func (o budget) retry(u *url.URL, now time.Duration) bool { return o.b.RetryURL(u, unixNano(now)) }
 
-// clockBaseUnix is clockBase in Unix nanoseconds.
-var clockBaseUnix = clockBase.UnixNano()
+// clockBaseUnix is timecut.Base in Unix nanoseconds.
+var clockBaseUnix = timecut.Base.UnixNano()
 
-// unixNano returns clockTime(now).UnixNano() without building a
+// unixNano returns timecut.Time(now).UnixNano() without building a
 // time.Time, which would cost the success path more than the count.
 func unixNano(now time.Duration) int64 { return clockBaseUnix + int64(now) }

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"testing"
 	"time"
 )
@@ -10,7 +11,7 @@ import (
 // passes time.Now keeps one window.
 func TestUnixNanoIsClockTime(t *testing.T) {
 	for _, d := range []time.Duration{0, 1, time.Second + 7, 90 * time.Minute, -time.Hour, -26 * 365 * 24 * time.Hour} {
-		if got, want := unixNano(d), clockTime(d).UnixNano(); got != want {
+		if got, want := unixNano(d), timecut.Time(d).UnixNano(); got != want {
 			t.Errorf("unixNano(%v) = %d, want %d", d, got, want)
 		}
 	}

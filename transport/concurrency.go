@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"net/http"
 	"strconv"
 	"sync"
@@ -165,7 +166,7 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 	ok, timed := h.lim.Acquire() // a busy host times one attempt in a few: reading the clock costs more than the rest
 	if !ok {
 		if err := t.wait(req, h); err != nil {
-			closeBody(req)
+			reqbody.CloseBody(req)
 			return nil, err
 		}
 		timed = true
@@ -263,7 +264,7 @@ func (t *concurrencyTransport) wait(req *http.Request, h *concHost) error {
 		return context.Cause(ctx)
 	}
 	now := time.Now()
-	dl, hasDeadline := ctx.Deadline()
+	dl, hasDeadline := deadlineOf(ctx) // New's Timeout included
 	d, ok := h.lim.Wait(int(h.waiting.Load()), dl.Sub(now), hasDeadline)
 	if !ok {
 		return t.refuse(req, h, 0, nil)

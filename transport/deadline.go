@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"strconv"
@@ -100,25 +101,99 @@ func (e *DeadlineError) Is(target error) bool { return target == context.Deadlin
 // Timeout reports true: the request timed out.
 func (e *DeadlineError) Timeout() bool { return true }
 
-// cancel ends op's context as canceled (its Err is context.Canceled),
-// unless it has ended already.
-func (op *boundOp) cancel() { op.ctx.end(endReleased) }
+// hard is the RoundTrip of [Deadline]: the context's own deadline,
+// released with the response body, as net/http's Client.Timeout does.
+func (t *bound) hard(req *http.Request) (*http.Response, error) {
+	parent := req.Context()
+	dl := time.Now().Add(t.l.D)
+	if pdl, ok := parent.Deadline(); ok && !pdl.After(dl) {
+		return t.next.RoundTrip(req) // the caller's own deadline comes first
+	}
+	ctx, cancel := context.WithDeadlineCause(parent, dl, t.l.DlErr)
+	if ps := scopeOf(parent); ps == nil || ps.op == nil { // the first sturdy layer makes the operation
+		o := &opScope{}
+		if ps != nil {
+			o.s = *ps
+		}
+		o.op.start = timecut.Of(time.Now())
+		o.s.op = &o.op
+		ctx = context.WithValue(ctx, opKey{}, &o.s)
+	}
+	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	if err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody {
+		if err != nil && context.Cause(ctx) == t.l.DlErr {
+			err = t.l.DlErr // net/http may report the context's error only
+		}
+		cancel()
+		return resp, err
+	}
+	b := &cancelBody{rc: resp.Body, ctx: ctx, cancel: cancel, cut: t.l.DlErr}
+	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+		// net/http stops watching the context after a 101: the deadline
+		// closes the connection itself.
+		context.AfterFunc(ctx, func() { rw.Close() })
+		resp.Body = &cancelBodyRW{cancelBody: b, wc: rw}
+		return resp, nil
+	}
+	resp.Body = b
+	return resp, nil
+}
 
-// hold hands back an outcome of a request sent with op's context, and
+// cancelBody releases a context when its body is read to the end or
+// closed; an error after the context's deadline is the deadline's.
+type cancelBody struct {
+	rc     io.ReadCloser
+	ctx    context.Context
+	cancel context.CancelFunc
+	cut    error // the cause the context ends with at its deadline
+}
+
+func (b *cancelBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil {
+		if err != io.EOF && context.Cause(b.ctx) == b.cut {
+			err = b.cut
+		}
+		b.cancel()
+	}
+	return n, err
+}
+
+func (b *cancelBody) Close() error {
+	err := b.rc.Close()
+	b.cancel()
+	return err
+}
+
+// cancelBodyRW is a cancelBody over an upgraded connection.
+type cancelBodyRW struct {
+	*cancelBody
+	wc io.Writer
+}
+
+func (b *cancelBodyRW) Write(p []byte) (int, error) { return b.wc.Write(p) }
+
+// CloseWrite half-closes the upgraded connection.
+func (b *cancelBodyRW) CloseWrite() error { return closeWrite(b.wc) }
+
+// cancel ends a hedge copy's context as canceled, unless it has ended.
+func (op *boundOp) cancel() { op.w.Release() }
+
+// hold hands back an outcome of a hedge copy sent with op's context, and
 // keeps that context until the response's body is done with: it is
 // released at once on error or for a response without a body, else when
 // the body is read to EOF or closed.
 func (op *boundOp) hold(resp *http.Response, err error) (*http.Response, error) {
-	c := &op.ctx
+	w := &op.w
 	if err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody {
-		c.release()
+		w.Release()
 		return resp, err
 	}
 	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		resp.Body = &boundBodyRW{boundBody{rc: rw, c: c}, rw}
+		resp.Body = &boundBodyRW{boundBody{rc: rw, w: w}, rw}
 		return resp, nil
 	}
-	op.body = boundBody{rc: resp.Body, c: c}
+	op.body = boundBody{rc: resp.Body, w: w}
 	resp.Body = &op.body
 	return resp, nil
 }
@@ -128,4 +203,12 @@ func closeWrite(w io.Writer) error {
 		return cw.CloseWrite()
 	}
 	return errors.ErrUnsupported
+}
+
+// newLimits returns the limits of a bound named name: d and idle (0 or
+// less: none), each with the *DeadlineError that names it.
+func newLimits(d, idle time.Duration, name string) timecut.Limits {
+	return timecut.NewLimits(d, idle, name,
+		func(d time.Duration) error { return &DeadlineError{Bound: name, Limit: d} },
+		func(d time.Duration) error { return &DeadlineError{Bound: boundIdle, Limit: d} })
 }

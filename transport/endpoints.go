@@ -202,25 +202,12 @@ type endpointOp struct {
 	origin, addr string
 }
 
-type endpointOpKey struct{}
-
-// endpointCtx carries an endpointOp: one allocation for both.
-type endpointCtx struct {
-	context.Context
-	op endpointOp
-}
-
-func (c *endpointCtx) Value(key any) any {
-	if _, ok := key.(endpointOpKey); ok {
-		return &c.op
-	}
-	return c.Context.Value(key)
-}
-
 // endpointOpOf returns the endpointOp of ctx's operation, nil if none.
 func endpointOpOf(ctx context.Context) *endpointOp {
-	op, _ := ctx.Value(endpointOpKey{}).(*endpointOp)
-	return op
+	if op := opOf(ctx); op != nil {
+		return op.ep
+	}
+	return nil
 }
 
 // triedSnapshot returns the addresses op tried so far; nil op has none.
@@ -273,12 +260,11 @@ type endpointOpTransport struct {
 func (t *endpointOpTransport) CloseIdleConnections() { closeIdle(t.next) }
 
 func (t *endpointOpTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if endpointOpOf(req.Context()) != nil {
-		return t.next.RoundTrip(req)
+	op, r := withOp(req)
+	if op.ep == nil { // the operation's first pass through Endpoints
+		op.ep = &endpointOp{ep: t.ep}
 	}
-	c := &endpointCtx{Context: req.Context()}
-	c.op.ep = t.ep
-	return t.next.RoundTrip(req.WithContext(c))
+	return t.next.RoundTrip(r)
 }
 
 // alternates returns the layer that sends attempts to alternate origins,
@@ -304,10 +290,10 @@ func (t *alternatesTransport) CloseIdleConnections() { closeIdle(t.next) }
 // refusedOrigin reports whether the origin u of req (req's own when
 // nil) would be refused at at by the breakers beneath: ep's, else those
 // the stack of req's context knows of.
-func (ep *endpoints) refusedOrigin(st *stack, req *http.Request, u *url.URL, at time.Time) bool {
+func (ep *endpoints) refusedOrigin(st *operation, req *http.Request, u *url.URL, at time.Time) bool {
 	b := ep.breakers
 	if b == nil && st != nil {
-		b = st.breakersOf(req)
+		b = st.breakers.Load()
 	}
 	if b == nil {
 		return false
@@ -321,7 +307,7 @@ func (ep *endpoints) refusedOrigin(st *stack, req *http.Request, u *url.URL, at 
 // pick returns the index in list of the origin an attempt of req goes to
 // at now: the first from start, in turn, whose circuit is not open; start
 // when every one is.
-func (ep *endpoints) pick(st *stack, req *http.Request, list []origin, start int, now time.Time) int {
+func (ep *endpoints) pick(st *operation, req *http.Request, list []origin, start int, now time.Time) int {
 	for k := range list {
 		i := (start + k) % len(list)
 		var u *url.URL
@@ -362,7 +348,7 @@ func (t *alternatesTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	}
 	ctx := req.Context()
 	op := endpointOpOf(ctx)
-	st := stackOf(ctx)
+	st := opOf(ctx)
 	start := 0
 	if op != nil {
 		start = int(op.next.Load()) % len(list)
@@ -438,7 +424,7 @@ func routeOf(req *http.Request, at time.Time) *http.Request {
 	if list == nil {
 		return req
 	}
-	i := op.ep.pick(stackOf(ctx), req, list, int(op.next.Load())%len(list), at)
+	i := op.ep.pick(opOf(ctx), req, list, int(op.next.Load())%len(list), at)
 	if i == 0 {
 		return req
 	}

@@ -2,11 +2,11 @@ package transport
 
 import (
 	"context"
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,26 +67,17 @@ func firstEventMiddleware(timeout, idle time.Duration, s policy.Stream, judge bo
 	if timeout < 0 {
 		return nil
 	}
-	c := &firstEventConfig{s: s, timeout: timeout, idle: max(idle, 0), judge: judge, onCommit: onCommit}
-	if c.timeout > 0 {
-		c.timeoutErr = &DeadlineError{Bound: boundFirstEvent, Limit: c.timeout}
-	}
-	if c.idle > 0 {
-		c.idleErr = &DeadlineError{Bound: boundIdle, Limit: c.idle}
-	}
+	c := &firstEventConfig{s: s, l: newLimits(timeout, idle, boundFirstEvent), judge: judge, onCommit: onCommit}
 	return func(next http.RoundTripper) http.RoundTripper {
 		return &firstEvent{next: orDefault(next), c: c}
 	}
 }
 
 type firstEventConfig struct {
-	s          policy.Stream
-	timeout    time.Duration // from the headers to the first content event; 0: none
-	idle       time.Duration // the longest the read ahead may go without a byte; 0: none
-	judge      bool
-	onCommit   func(StreamEvent)
-	timeoutErr *DeadlineError
-	idleErr    *DeadlineError
+	s        policy.Stream
+	l        timecut.Limits // from the headers to the first content event, and the longest a Read may block; 0: none
+	judge    bool
+	onCommit func(StreamEvent)
 }
 
 type firstEvent struct {
@@ -102,9 +93,7 @@ func (t *firstEvent) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body == nil || resp.Body == http.NoBody {
 		return resp, err
 	}
-	ct := streamMediaType(resp)
-	judgedMedia(req, resp, ct) // the bound above need not look again
-	f := formatOf(ct)
+	f := formatOf(streamMediaType(resp))
 	if f == 0 || !bodyDone(req) {
 		return resp, nil
 	}
@@ -148,35 +137,16 @@ func bodyDone(req *http.Request) bool {
 	if req.Body == nil || req.Body == http.NoBody || req.GetBody != nil || req.ContentLength > 0 {
 		return true
 	}
-	t := teeOf(req.Body)
-	return t != nil && t.complete()
+	t := reqbody.TeeOf(req.Body)
+	return t != nil && t.Complete()
 }
 
 // formatOf returns how a response whose streamMediaType is ct frames its
 // events when it is a stream whose first event can be told: server-sent
 // events or NDJSON (JSON Lines included); 0 for any other response.
 func formatOf(ct string) lex.EventFormat {
-	if ct == "" {
-		return 0 // text/plain, application/json: no parsing needed
-	}
-	if len(ct) == len("text/event-stream") && strings.EqualFold(ct, "text/event-stream") {
-		return lex.SSE
-	}
-	for _, s := range ndjsonTypes {
-		if len(ct) == len(s) && strings.EqualFold(ct, s) {
-			return lex.NDJSON
-		}
-	}
-	return 0
-}
-
-var ndjsonTypes = [...]string{
-	"application/x-ndjson",
-	"application/ndjson",
-	"application/jsonl",
-	"application/x-jsonl",
-	"application/jsonlines",
-	"application/x-jsonlines",
+	f, _ := streamFormat(ct)
+	return f
 }
 
 // readAhead reads resp's body until its first content event, and hands
@@ -185,17 +155,17 @@ var ndjsonTypes = [...]string{
 // Timeout of [New] above is held off meanwhile (see holdDeadline).
 func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f lex.EventFormat) (*http.Response, error) {
 	a := aheadRead{hold: holdDeadline(req.Context()), w: c.watch(resp.Body), buf: make([]byte, 0, aheadChunk)}
+	defer a.w.Release()
 	body := resp.Body
 	sc := lex.EventScanner{Format: f}
 	for {
 		if len(a.buf) == cap(a.buf) {
 			a.buf = append(a.buf, 0)[:len(a.buf)] // grow
 		}
+		a.w.Enter()
 		n, rerr := body.Read(a.buf[len(a.buf):cap(a.buf)])
+		a.w.Leave()
 		a.buf = a.buf[:len(a.buf)+n]
-		if n > 0 && a.w != nil {
-			a.w.progress()
-		}
 		for {
 			ev, ok := sc.Next(a.buf)
 			switch {
@@ -239,10 +209,10 @@ func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f l
 		case rerr == io.EOF, len(a.buf) >= maxAhead:
 			return a.commit(resp), nil
 		case rerr != nil:
-			if cut := a.w.stop(); cut != nil {
+			if cut := a.w.Release(); cut != nil {
 				rerr = cut
 			}
-			a.hold.releaseDeadline(false)
+			a.hold.Unhold(false)
 			body.Close()
 			return nil, &ResponseBodyError{Status: resp.StatusCode, Read: int64(len(a.buf)), Err: rerr}
 		}
@@ -251,33 +221,25 @@ func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f l
 
 // aheadRead is the state of one read ahead.
 type aheadRead struct {
-	hold *boundCtx   // the Timeout bound above, its deadline held off; nil: none
-	w    *aheadWatch // nil: no limit
-	buf  []byte      // every byte read
+	hold *timecut.Watch // the Timeout bound above, its deadline held off; nil: none
+	w    *timecut.Watch // the read ahead's limits
+	buf  []byte         // every byte read
 }
 
 // commit ends the read ahead with resp handed back, its body read from
 // the start.
 func (a *aheadRead) commit(resp *http.Response) *http.Response {
-	a.w.stop()
-	a.hold.releaseDeadline(true)
+	a.w.Release()
+	a.hold.Unhold(true)
 	return commitStream(resp, a.buf, resp.Body)
 }
 
 // fail ends the read ahead with a failed attempt judged as status.
 func (a *aheadRead) fail(req *http.Request, resp *http.Response, status int, why string) *http.Response {
-	a.w.stop()
-	a.hold.releaseDeadline(false)
+	a.w.Release()
+	a.hold.Unhold(false)
 	return judgedStream(req, resp, a.buf, resp.Body, status, why)
 }
-
-// The bits of boundCtx.ahead.
-const (
-	aheadCount  = 1<<5 - 1 // how many streams beneath read ahead
-	aheadLapsed = 1 << 5   // the deadline passed while held: it is reported, and cuts only what Timeout bounds (see releaseDeadline)
-	aheadHeld   = 1 << 6   // the deadline was armed when the first began, and is held off
-	aheadWon    = 1 << 7   // a stream was committed: the deadline stays off
-)
 
 // holdDeadline holds off the deadline of the Timeout bound of [New] above
 // (found in ctx) while a stream beneath waits for its first event: that
@@ -286,63 +248,22 @@ const (
 // its first token is not cut. It returns nil when there is no such bound.
 // The deadline comes back, as it was, when every stream that held it has
 // failed; once one is committed it stays off.
-func holdDeadline(ctx context.Context) *boundCtx {
-	c, ok := ctx.Value(boundCtxKey{}).(*boundCtx)
-	// A bound with no deadline of its own between (a hedge copy's, which
-	// only cancels the copy) is looked through: the Timeout bound is above
-	// it.
-	for ok && c.b.mode != boundOperation && c.b.d == 0 {
-		c, ok = c.parent.Value(boundCtxKey{}).(*boundCtx)
-	}
-	if !ok || c.b.mode != boundOperation {
+func holdDeadline(ctx context.Context) *timecut.Watch {
+	// A hedge copy's context, which only cancels the copy, is no bound:
+	// the scope names the Timeout bound above it.
+	s := scopeOf(ctx)
+	if s == nil {
 		return nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ended() != live || c.ahead&aheadCount == aheadCount || c.ahead&aheadWon != 0 {
-		return nil
-	}
-	c.ahead++
-	if c.dlArmed {
-		c.dlArmed = false
-		c.ahead |= aheadHeld
-		if c.watched {
-			c.rearmLocked(clockNow())
+	for w := s.bound; w != nil; w = w.Up {
+		if w.L.Name == boundTimeout {
+			if w.Hold() {
+				return w
+			}
+			return nil
 		}
 	}
-	return c
-}
-
-// releaseDeadline ends a hold of holdDeadline: committed says whether
-// the stream was handed back.
-func (c *boundCtx) releaseDeadline(committed bool) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.ahead--
-	if committed {
-		c.ahead |= aheadWon
-	}
-	if c.ahead&aheadCount != 0 || c.ahead&(aheadHeld|aheadWon) != aheadHeld {
-		return
-	}
-	c.ahead &^= aheadHeld
-	if c.ended() == live {
-		c.dlArmed = true
-		if clockNow() >= c.due() {
-			// The deadline passed while streams held it off. It comes back
-			// for the layers above (Deadline reports it, so Retry sends
-			// nothing more), but it does not cut the context now: what
-			// is left to hand back is the last stream, which Timeout does
-			// not bound. bodyStarts cuts a body that Timeout bounds, and
-			// settle a failure.
-			c.ahead |= aheadLapsed
-		} else if c.watched {
-			c.rearmLocked(clockNow())
-		}
-	}
+	return nil
 }
 
 // commitStream hands resp back with its body read from the start.
@@ -368,7 +289,7 @@ func judgedStream(req *http.Request, resp *http.Response, buf []byte, body io.Re
 	if resp.Request != nil {
 		base = resp.Request
 	}
-	j.Request = base.WithContext(&heldCtx{Context: base.Context(), h: h})
+	j.Request = base.WithContext(withScope(base.Context(), func(s *scope) { s.held = h }))
 	return &j
 }
 
@@ -378,21 +299,6 @@ type heldStream struct {
 	orig   *http.Response
 	status int // the status it was judged as
 	body   *aheadBody
-}
-
-type heldKey struct{}
-
-// heldCtx carries a heldStream: one allocation for both.
-type heldCtx struct {
-	context.Context
-	h *heldStream
-}
-
-func (c *heldCtx) Value(key any) any {
-	if key == (heldKey{}) {
-		return c.h
-	}
-	return c.Context.Value(key)
 }
 
 // restoreStream hands back, in place of a stream judged a failed
@@ -405,8 +311,12 @@ func restoreStream(resp *http.Response) *http.Response {
 	if resp == nil || resp.StatusCode < 400 || resp.Request == nil {
 		return resp
 	}
-	h, ok := resp.Request.Context().Value(heldKey{}).(*heldStream)
-	if !ok || h.status != resp.StatusCode || h.body.open.Load() {
+	s := scopeOf(resp.Request.Context())
+	if s == nil {
+		return resp
+	}
+	h := s.held
+	if h == nil || h.status != resp.StatusCode || h.body.open.Load() {
 		return resp
 	}
 	h.body.open.Store(true)
@@ -452,89 +362,15 @@ func (b *aheadBody) Read(p []byte) (int, error) {
 
 func (b *aheadBody) Close() error { return b.rest.Close() }
 
-// aheadWatch cuts a read ahead that waits too long: past the first-event
-// limit from the headers, or for the idle limit without a byte. It
-// closes the body, which ends a Read blocked on it. One timer serves
-// both; a byte read moves the idle limit without touching it.
-type aheadWatch struct {
-	c     *firstEventConfig
-	body  io.Closer
-	due   time.Duration // clockNow of the first-event limit; valid when c.timeout > 0
-	mu    sync.Mutex
-	last  time.Duration // clockNow of the last byte
-	timer *time.Timer
-	cut   *DeadlineError
-	done  bool
-}
-
-// watch returns a watch over body, nil when there is no limit.
-func (c *firstEventConfig) watch(body io.Closer) *aheadWatch {
-	if c.timeout == 0 && c.idle == 0 {
-		return nil
-	}
-	now := clockNow()
-	w := &aheadWatch{c: c, body: body, last: now, due: now + c.timeout}
-	w.mu.Lock()
-	w.timer = time.AfterFunc(w.wait(now), w.fire)
-	w.mu.Unlock()
-	return w
-}
-
-// wait returns how long from now until the nearer limit.
-func (w *aheadWatch) wait(now time.Duration) time.Duration {
-	d := time.Duration(-1)
-	if w.c.idle > 0 {
-		d = w.last + w.c.idle - now
-	}
-	if w.c.timeout > 0 {
-		if dd := w.due - now; d < 0 || dd < d {
-			d = dd
+// watch returns a watch over a read ahead of body: its cut closes the
+// body, which ends a Read blocked on it.
+func (c *firstEventConfig) watch(body io.Closer) *timecut.Watch {
+	w := &timecut.Watch{}
+	w.Start(&c.l, timecut.Now(), func(err error) {
+		if err != nil {
+			body.Close()
 		}
-	}
-	return max(d, 0)
-}
-
-func (w *aheadWatch) progress() {
-	now := clockNow()
-	w.mu.Lock()
-	w.last = now
-	w.mu.Unlock()
-}
-
-func (w *aheadWatch) fire() {
-	now := clockNow()
-	w.mu.Lock()
-	if w.done {
-		w.mu.Unlock()
-		return
-	}
-	switch {
-	case w.c.timeout > 0 && now >= w.due:
-		w.cut = w.c.timeoutErr
-	case w.c.idle > 0 && now-w.last >= w.c.idle:
-		w.cut = w.c.idleErr
-	default:
-		w.timer.Reset(w.wait(now))
-		w.mu.Unlock()
-		return
-	}
-	w.done = true
-	w.mu.Unlock()
-	w.body.Close()
-}
-
-// stop ends the watch, and returns the limit that cut the body, if one
-// did.
-func (w *aheadWatch) stop() error {
-	if w == nil {
-		return nil
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.done = true
-	w.timer.Stop()
-	if w.cut != nil {
-		return w.cut
-	}
-	return nil
+	})
+	w.BodyStarts(true, true)
+	return w
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"net/http"
 	"strconv"
 	"sync"
@@ -163,7 +164,7 @@ func (t *goBreakerTransport) RoundTrip(req *http.Request) (*http.Response, error
 	if req.URL == nil { // nothing to key a circuit by: let the base report the error
 		return t.next.RoundTrip(req)
 	}
-	req, err := checkCaller(req, false)
+	req, err := reqbody.CheckCaller(req, false)
 	if err != nil {
 		return nil, err // the caller's error counts neither way
 	}
@@ -195,7 +196,7 @@ func (t *goBreakerTransport) RoundTrip(req *http.Request) (*http.Response, error
 		return resp, rerr // what the attempt got: the circuit's verdict, or its store's error, is not the caller's
 	}
 	if errors.Is(cerr, gobreaker.ErrOpenState) || errors.Is(cerr, gobreaker.ErrTooManyRequests) {
-		closeBody(req)
+		reqbody.CloseBody(req)
 		return nil, &GoBreakerOpenError{Key: key, Err: cerr}
 	}
 	return t.next.RoundTrip(req) // the circuit's store failed: send without it

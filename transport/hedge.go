@@ -2,9 +2,10 @@ package transport
 
 import (
 	"context"
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -100,15 +101,17 @@ type hedger struct {
 	next http.RoundTripper
 	c    *hedgeConfig
 	lat  *policy.Latencies // nil with a fixed delay
-	own  stack             // the stack beneath, when no layer above carries one
-	copy bound             // the bound of copies' contexts: no deadline, no idle cut, ended by cancel
 }
+
+// copyLimits are those of a hedge copy's watch: no deadline, no idle
+// cut; it ends when canceled or released.
+var copyLimits timecut.Limits
 
 // out returns a copy's outcome to the layer above: a stream judged a
 // failed attempt is restored unless a Retry above (found through the
-// operation's stack, whatever stands between) may still try again.
+// operation, whatever stands between) may still try again.
 func (t *hedger) out(req *http.Request, resp *http.Response, err error) (*http.Response, error) {
-	if err != nil || resp == nil || resp.StatusCode < 400 || stackOf(req.Context()).retryConfig() != nil {
+	if err != nil || resp == nil || resp.StatusCode < 400 || opOf(req.Context()).retryConfig() != nil {
 		return resp, err
 	}
 	return restoreStreamErr(resp, err)
@@ -116,88 +119,52 @@ func (t *hedger) out(req *http.Request, resp *http.Response, err error) (*http.R
 
 func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
 
-type hedgeCopyKey struct{}
-
 // HedgeCopyFromContext returns which copy of a hedged request a request
 // is, as set by [Hedge] on each copy's context: 1 for the first copy, 2
 // for the first hedge, and so on; 0 for a request that no hedge race
 // sent. RoundTrippers beneath Hedge, such as a tracing transport, can
 // use it; a copy's attempt is [AttemptFromContext].
 func HedgeCopyFromContext(ctx context.Context) int {
-	n, _ := ctx.Value(hedgeCopyKey{}).(int)
-	return n
+	if s := scopeOf(ctx); s != nil {
+		return s.copy
+	}
+	return 0
 }
 
 // hedgeCopy is one copy of a hedged request.
 type hedgeCopy struct {
-	op     *boundOp    // the copy's context, request and body, in one allocation
-	parent *detachable // the copy's context follows its end until detached
+	op *boundOp // the copy's watch, request and body, in one allocation
+	// detach stops the copy's context from following the request's: a
+	// losing copy is detached before its response is drained in the
+	// background, so that the end of the operation (the winner's body
+	// read or closed releases the bounds above) does not cut the drain
+	// and close a connection that would have gone back to the pool. The
+	// drain is bounded by discardWait. Nil: nothing to detach.
+	detach func() bool
 	done   bool
 }
 
-// detachable is the parent of a copy's context: the request's context,
-// whose end the copy follows until detach is called. A losing copy is
-// detached before its response is drained in the background, so that
-// the end of the operation (the winner's body read or closed releases
-// the deadlines above, the parent of every copy) does not cut the drain
-// and close a connection that would have gone back to the pool. The
-// drain is bounded by discardWait.
-type detachable struct {
-	context.Context
-	copy     int // the copy's number, for HedgeCopyFromContext
-	mu       sync.Mutex
-	stop     func() bool // context.WithCancel asks once
-	detached bool
-}
-
-// neverDone is the Done of every detachable: context.WithCancel then
-// learns of the parent's end through AfterFunc, which detach stops.
-var neverDone = make(chan struct{})
-
-func (d *detachable) Done() <-chan struct{} { return neverDone }
-
-// Err is the parent's until d is detached; nil after.
-func (d *detachable) Err() error {
-	d.mu.Lock()
-	detached := d.detached
-	d.mu.Unlock()
-	if detached {
-		return nil
+// copyContext returns the context of copy i of a request whose context
+// is ctx, the function that cancels it alone, and the one that detaches
+// it from ctx (nil when ctx never ends). It keeps ctx's values and its
+// deadline; ctx's end reaches it until it is detached.
+func copyContext(ctx context.Context, i int) (context.Context, context.CancelCauseFunc, func() bool) {
+	base := withScope(ctx, func(s *scope) { s.copy = i })
+	if ctx.Done() == nil {
+		c, cancel := context.WithCancelCause(base)
+		return c, cancel, nil
 	}
-	return d.Context.Err()
-}
-
-// Value answers HedgeCopyFromContext with the copy's number, and asks the
-// parent for any other key.
-func (d *detachable) Value(key any) any {
-	if key == (hedgeCopyKey{}) {
-		return d.copy
+	c, cancel := context.WithCancelCause(context.WithoutCancel(base))
+	detach := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	if dl, ok := ctx.Deadline(); ok {
+		// The parent's deadline is reported, and its end forwarded:
+		// net/http reads a deadline off the context it is given.
+		var stop context.CancelFunc
+		c, stop = context.WithDeadlineCause(c, dl, context.DeadlineExceeded)
+		prev := cancel
+		cancel = func(err error) { prev(err); stop() }
 	}
-	return d.Context.Value(key)
-}
-
-// AfterFunc calls f when the parent ends, unless d is detached first.
-func (d *detachable) AfterFunc(f func()) (stop func() bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.detached {
-		return func() bool { return false }
-	}
-	d.stop = context.AfterFunc(d.Context, f)
-	return d.stop
-}
-
-// detach stops following the parent's end.
-func (d *detachable) detach() {
-	if d == nil {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.detached = true
-	if d.stop != nil {
-		d.stop()
-	}
+	return c, cancel, detach
 }
 
 // hedgeResult is what one copy ended with.
@@ -214,203 +181,227 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := t.next.RoundTrip(req)
 		return t.out(req, resp, err)
 	}
-	start := time.Now()
-	op, req := withStack(req, &t.own)
-	budget := c.budget
-	if rc := op.retryConfig(); rc != nil && rc.budget != nil && (budget == nil || budget == rc.budget) {
-		budget = rc.budget // the Retry above counted the operation in it
-	} else if budget != nil {
-		budget.request(req.URL, clockOf(start))
+	h := hedgeRace{t: t, start: time.Now(), delay: c.fixed}
+	h.op, req = withOp(req)
+	h.req, h.budget = req, c.budget
+	if rc := h.op.retryConfig(); rc != nil && rc.budget != nil && (h.budget == nil || h.budget == rc.budget) {
+		h.budget = rc.budget // the Retry above counted the operation in it
+	} else if h.budget != nil {
+		h.budget.request(req.URL, timecut.Of(h.start))
 	}
-	if !policy.SafeToResend(req, c.keyHeader) {
+	s := policy.HedgeStart{SafeToResend: policy.SafeToResend(req, c.keyHeader), DelayKnown: true, Replayable: true}
+	if t.lat != nil && s.SafeToResend {
+		h.key = HostKey(req)
+		d, ok := t.lat.Delay(h.key)
+		h.delay, s.DelayKnown = max(d, c.floor), ok
+	}
+	if !c.policy.Race(s) {
 		resp, err := t.next.RoundTrip(req)
+		if err == nil && s.SafeToResend && !s.DelayKnown {
+			t.lat.Observe(h.key, time.Since(h.start)) // nothing known of the host yet: learn
+		}
 		return t.out(req, resp, err)
 	}
-	var key string // the latency sketch's key, with an adaptive delay
-	delay := c.fixed
-	if t.lat != nil {
-		key = HostKey(req)
-		d, ok := t.lat.Delay(key)
-		if !ok { // nothing known of the host yet: send once, and learn
-			resp, err := t.next.RoundTrip(req)
-			if err == nil {
-				t.lat.Observe(key, time.Since(start))
-			}
-			return t.out(req, resp, err)
-		}
-		delay = max(d, c.floor)
-	}
-	body, err := newReplay(req, c.bufLimit)
+	body, err := reqbody.New(req, c.bufLimit)
 	if err != nil {
 		return nil, err
 	}
-	defer body.finish() // the caller's body is closed once no copy reads it
-	if !body.replayable() {
-		if body.first != nil {
-			resp, err := t.next.RoundTrip(body.firstRequest(req))
-			return t.out(req, resp, err)
+	defer body.Finish() // the caller's body is closed once no copy reads it
+	if s.Replayable = body.Replayable(); !c.policy.Race(s) {
+		r := req
+		if body.First != nil {
+			r = body.FirstRequest(req)
 		}
-		resp, err := t.next.RoundTrip(req)
+		resp, err := t.next.RoundTrip(r)
 		return t.out(req, resp, err)
 	}
-	resp, err := t.race(op, budget, req, key, &body, start, delay)
+	h.body = &body
+	resp, err := h.race()
 	return t.out(req, resp, err)
+}
+
+// hedgeRace is one race of a request's copies.
+type hedgeRace struct {
+	t       *hedger
+	op      *operation
+	req     *http.Request
+	budget  retryBudget
+	key     string // the latency sketch's key, with an adaptive delay
+	body    *reqbody.Replay
+	start   time.Time
+	delay   time.Duration
+	copies  []hedgeCopy
+	results chan hedgeResult
+	// answered is set when a copy's round trip returns, before it is
+	// judged (which may read a problem body): from then on no hedge is
+	// sent, as none is once a copy has its headers.
+	answered atomic.Bool
+	running  int
+	held     *hedgeResult // the first failure, returned if nothing wins
+	failed   bool         // a copy failed: send no more hedges
 }
 
 // race sends the first copy, then a hedge every delay while none has
 // answered, and returns the winner.
-func (t *hedger) race(op *stack, budget retryBudget, req *http.Request, key string, body *replay, start time.Time, delay time.Duration) (*http.Response, error) {
-	c := t.c
-	ctx := req.Context()
+func (h *hedgeRace) race() (*http.Response, error) {
 	// Room for the copies a race usually sends, not for all that
 	// MaxHedges allows (it may be huge): copies grow as they are sent,
 	// and a copy whose result finds the channel full waits only until
 	// the race, or the reaper after it, receives it.
-	n := min(c.hedges, maxHedgeRoom) + 1
-	copies := make([]hedgeCopy, 0, n)
-	results := make(chan hedgeResult, n)
-	// answered is set when a copy's round trip returns, before it is
-	// judged (which may read a problem body): from then on no hedge is
-	// sent, as none is once a copy has its headers.
-	var answered atomic.Bool
-	// send starts a copy of req with its own context, so that it can be
-	// canceled alone, and the given body.
-	send := func(b io.ReadCloser) {
-		i := len(copies)
-		parent := (*detachable)(nil) // nil: ctx never ends, and nothing need be detached
-		var pctx context.Context
-		if ctx.Done() != nil {
-			parent = &detachable{Context: ctx, copy: i + 1} // it carries the copy's number too
-			pctx = parent
-		} else {
-			pctx = context.WithValue(ctx, hedgeCopyKey{}, i+1)
-		}
-		op := &boundOp{}
-		op.ctx.start(pctx, &t.copy, 0)
-		op.req = *req.WithContext(&op.ctx)
-		r := &op.req
-		if !body.none {
-			r.Body, r.GetBody = b, body.get
-		}
-		copies = append(copies, hedgeCopy{op: op, parent: parent})
-		go t.send(req, r, i, &answered, results)
-	}
-	if body.first != nil {
-		send(body.first)
+	n := min(h.t.c.hedges, maxHedgeRoom) + 1
+	h.copies = make([]hedgeCopy, 0, n)
+	h.results = make(chan hedgeResult, n)
+	if h.body.First != nil {
+		h.send(h.body.First)
 	} else {
-		send(req.Body)
+		h.send(h.req.Body)
 	}
-
 	// A new timer per race, not a pooled one: a timer belongs to the
 	// synctest bubble that made it, and callers test in bubbles.
-	timer := time.NewTimer(delay)
+	timer := time.NewTimer(h.delay)
 	defer timer.Stop()
-	var (
-		running = 1
-		held    *hedgeResult // the first failure, returned if nothing wins
-		failed  bool         // a copy failed: send no more hedges
-		win     *hedgeResult
-	)
+	var win *hedgeResult
 	for win == nil {
 		select {
 		case <-timer.C:
-			now := time.Now()
-			s := policy.HedgeState{
-				Sent:     len(copies),
-				Answered: answered.Load(),
-				Failed:   failed,
-				Done:     ctx.Err(),
-				// A body kept as the first copy sends it would stream
-				// twice at once, and may yet prove too long to keep.
-				BodySent: body.complete(),
-				Now:      now,
-				Refused:  func(at time.Time) error { return op.hedgeRefusedAt(req, at) },
+			if h.tick() {
+				timer.Reset(h.delay)
 			}
-			// Next decides twice: without the budget first, so that the
-			// body is had only for a copy that may be sent; then with
-			// it, last, so that a copy whose body cannot be had takes
-			// nothing from it.
-			switch t.c.policy.Next(s) {
-			case policy.HedgeLater:
-				timer.Reset(delay)
-				continue
-			case policy.HedgeStop:
-				continue
-			}
-			var b io.ReadCloser
-			if !body.none {
-				var gerr error
-				if b, gerr = body.get(); gerr != nil {
-					continue // no copy can be made: none now or later
-				}
-			}
-			if budget != nil {
-				s.Budget = func() bool { return budget.retry(req.URL, clockOf(now)) }
-				if t.c.policy.Next(s) != policy.HedgeSend {
-					if b != nil {
-						b.Close()
-					}
-					continue
-				}
-			}
-			send(b)
-			running++
-			if c.onHedge != nil {
-				c.onHedge(policy.HedgeEvent{Request: req, Copy: len(copies), Elapsed: now.Sub(start)})
-			}
-			if len(copies) <= c.hedges {
-				timer.Reset(delay)
-			}
-		case r := <-results:
-			running--
-			copies[r.i].done = true
-			if t.lat != nil && r.i == 0 && r.err == nil {
-				t.lat.Observe(key, time.Since(start))
-			}
-			switch {
-			case r.ok:
-				if held != nil {
-					t.discard(copies, *held)
-				}
-				win = &r
-			case running > 0: // a failure does not win while a copy runs
-				failed = true
-				held = t.hold(copies, held, r)
-			default: // every copy failed: hand back the best failure
-				win = t.hold(copies, held, r)
-			}
+		case r := <-h.results:
+			win = h.result(r)
 		}
 	}
+	return h.finish(win)
+}
 
+// send starts a copy of the request with its own context, so that it can
+// be canceled alone, and the given body.
+func (h *hedgeRace) send(b io.ReadCloser) {
+	i := len(h.copies)
+	cctx, cancel, detach := copyContext(h.req.Context(), i+1)
+	op := &boundOp{}
+	end := cancel
+	if detach != nil {
+		// Once the copy's context ends, it stops following the request's:
+		// a long-lived caller's context keeps no function of it.
+		end = func(err error) { cancel(err); detach() }
+	}
+	op.w.Start(&copyLimits, 0, end)
+	op.req = *h.req.WithContext(cctx)
+	r := &op.req
+	if !h.body.None {
+		r.Body, r.GetBody = b, h.body.Get
+	}
+	h.copies = append(h.copies, hedgeCopy{op: op, detach: detach})
+	h.running++
+	go h.t.send(h.req, r, i, &h.answered, h.results)
+}
+
+// tick decides, as [policy.Hedge.Next] says, whether a hedge is sent
+// when a delay ends; it reports whether to look again after another.
+func (h *hedgeRace) tick() bool {
+	c, req := h.t.c, h.req
 	now := time.Now()
-	for i := range copies {
-		if i == win.i || copies[i].done {
+	op := h.op
+	s := policy.HedgeState{
+		Sent:     len(h.copies),
+		Answered: h.answered.Load(),
+		Failed:   h.failed,
+		Done:     req.Context().Err(),
+		// A body kept as the first copy sends it would stream twice at
+		// once, and may yet prove too long to keep.
+		BodySent: h.body.Complete(),
+		Now:      now,
+		Refused:  func(at time.Time) error { return op.hedgeRefusedAt(req, at) },
+	}
+	// Next decides twice: without the budget first, so that the body is
+	// had only for a copy that may be sent; then with it, last, so that
+	// a copy whose body cannot be had takes nothing from it.
+	switch c.policy.Next(s) {
+	case policy.HedgeLater:
+		return true
+	case policy.HedgeStop:
+		return false
+	}
+	var b io.ReadCloser
+	if !h.body.None {
+		var err error
+		if b, err = h.body.Get(); err != nil {
+			return false // no copy can be made: none now or later
+		}
+	}
+	if budget := h.budget; budget != nil {
+		s.Budget = func() bool { return budget.retry(req.URL, timecut.Of(now)) }
+		if c.policy.Next(s) != policy.HedgeSend {
+			if b != nil {
+				b.Close()
+			}
+			return false
+		}
+	}
+	h.send(b)
+	if c.onHedge != nil {
+		c.onHedge(policy.HedgeEvent{Request: req, Copy: len(h.copies), Elapsed: now.Sub(h.start)})
+	}
+	return len(h.copies) <= c.hedges
+}
+
+// result takes a copy's outcome, and returns the winner once there is
+// one: the first acceptable response, or, when every copy has failed,
+// the best failure.
+func (h *hedgeRace) result(r hedgeResult) *hedgeResult {
+	t := h.t
+	h.running--
+	h.copies[r.i].done = true
+	if t.lat != nil && r.i == 0 && r.err == nil {
+		t.lat.Observe(h.key, time.Since(h.start))
+	}
+	switch {
+	case r.ok:
+		if h.held != nil {
+			t.discard(h.copies, *h.held)
+		}
+		return &r
+	case h.running > 0: // a failure does not win while a copy runs
+		h.failed = true
+		h.held = t.hold(h.copies, h.held, r)
+		return nil
+	}
+	return t.hold(h.copies, h.held, r) // every copy failed: hand back the best failure
+}
+
+// finish cancels the copies that lost, and hands back the winner.
+func (h *hedgeRace) finish(win *hedgeResult) (*http.Response, error) {
+	t, c := h.t, h.t.c
+	now := time.Now()
+	for i := range h.copies {
+		if i == win.i || h.copies[i].done {
 			continue
 		}
-		copies[i].op.cancel()
+		h.copies[i].op.cancel()
 		if i == 0 && t.lat != nil {
 			// The first copy's latency is at least this long: record it
 			// as such, so that the quantile still sees slow requests.
-			t.lat.Observe(key, now.Sub(start))
+			t.lat.Observe(h.key, now.Sub(h.start))
 		}
 		if c.onCancel != nil {
-			c.onCancel(policy.HedgeEvent{Request: req, Copy: i + 1, Elapsed: now.Sub(start)})
+			c.onCancel(policy.HedgeEvent{Request: h.req, Copy: i + 1, Elapsed: now.Sub(h.start)})
 		}
 	}
-	if running > 0 {
-		go reapHedges(results, running, copies)
+	if h.running > 0 {
+		go reapHedges(h.results, h.running, h.copies)
 	}
 	if win.i > 0 && c.onWon != nil && win.err == nil {
-		c.onWon(policy.HedgeEvent{Request: req, Copy: win.i + 1, Elapsed: now.Sub(start), Status: win.resp.StatusCode})
+		c.onWon(policy.HedgeEvent{Request: h.req, Copy: win.i + 1, Elapsed: now.Sub(h.start), Status: win.resp.StatusCode})
 	}
-	return copies[win.i].op.hold(win.resp, win.err)
+	return h.copies[win.i].op.hold(win.resp, win.err)
 }
 
 // send sends copy i, r, of req, and delivers its outcome to results,
 // judged here (a problem body may take time to read) so that the race
 // never waits on one copy while another may win.
 func (t *hedger) send(req, r *http.Request, i int, answered *atomic.Bool, results chan<- hedgeResult) {
-	r, err := checkCaller(r, true) // a copy's body, from GetBody, is checked as Retry checks an attempt's
+	r, err := reqbody.CheckCaller(r, true) // a copy's body, from GetBody, is checked as Retry checks an attempt's
 	if err != nil {
 		results <- hedgeResult{i: i, err: err}
 		return
@@ -439,7 +430,7 @@ func (t *hedger) acceptable(req *http.Request, r *hedgeResult) bool {
 	}
 	var problem *policy.Problem
 	if r.resp.StatusCode >= 400 {
-		problem = readProblem(r.resp, t.c.probLimit, stackOf(req.Context()).cut())
+		problem = readProblem(r.resp, t.c.probLimit, idleCut(req.Context()))
 	}
 	return !t.c.classify(policy.Outcome{
 		Request:  req,
@@ -485,7 +476,9 @@ func (t *hedger) discard(copies []hedgeCopy, r hedgeResult) {
 		return
 	}
 	body := r.resp.Body
-	copies[r.i].parent.detach() // the operation's end must not cut the drain
+	if d := copies[r.i].detach; d != nil {
+		d() // the operation's end must not cut the drain
+	}
 	go func() {
 		cut := time.AfterFunc(discardWait, cancel)
 		drain(body)

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -92,8 +93,8 @@ func TestIdleBody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		pr, pw := io.Pipe()
 		bd := newBound(nil, boundOperation, 0, time.Second, boundTimeout, 0)
-		cut := bd.idleErr
-		b := watchIdle(pr, bd)
+		cut := bd.l.IdleErr
+		b := watchIdle(pr, &timecut.Watch{L: &bd.l})
 		go func() {
 			pw.Write([]byte("a"))
 			time.Sleep(900 * time.Millisecond)
@@ -108,8 +109,8 @@ func TestIdleBody(t *testing.T) {
 		}
 		start := time.Now()
 		n, err := b.Read(p)
-		if got := time.Since(start); n != 0 || err != cut || got < time.Second || got > time.Second+2*bd.tick {
-			t.Errorf("stalled Read = %d, %v after %v; want 0, the cut after 1s to %v", n, err, got, time.Second+2*bd.tick)
+		if got := time.Since(start); n != 0 || err != cut || got < time.Second || got > time.Second+2*bd.l.Tick {
+			t.Errorf("stalled Read = %d, %v after %v; want 0, the cut after 1s to %v", n, err, got, time.Second+2*bd.l.Tick)
 		}
 		if _, err := b.Read(p); err != cut {
 			t.Errorf("Read after the cut: %v; want the cut", err)

@@ -35,8 +35,11 @@ const (
 // layers, outermost first, are [LayerIdempotencyKey], [LayerTimeout],
 // [LayerRetry], [LayerRateLimit], [LayerBreaker], [LayerFirstEvent] and
 // [LayerAttemptTimeout]. [LayerIdleTimeout] and [LayerRetryBudget] are
-// parts of layers. Hedge and Throttle are off unless their settings are
-// set.
+// parts of layers. [LayerHedge] and [LayerThrottle] switch off a Hedge or
+// Throttle whose settings are set (they are off while their settings are
+// nil). A negative duration, a negative Hedge.MaxHedges and
+// DisableRetryBudget still switch their part off, as before; Disable is
+// the spelling to use.
 type Layer uint16
 
 // Each Layer constant is declared on its own so that go doc lists them all.
@@ -71,6 +74,12 @@ const LayerRetryBudget Layer = 1 << 8
 // their headers, as with a negative Options.FirstEventTimeout.
 const LayerFirstEvent Layer = 1 << 9
 
+// LayerHedge is [Hedge], when Options.Hedge is set.
+const LayerHedge Layer = 1 << 10
+
+// LayerThrottle is [Throttle], when Options.Throttle is set.
+const LayerThrottle Layer = 1 << 11
+
 // Options configures [New]. The zero value is the recommended stack. Each
 // field says its default.
 type Options struct {
@@ -85,6 +94,10 @@ type Options struct {
 	// that is not a stream. A stream (server-sent events, NDJSON and the
 	// like) is bounded by IdleTimeout instead. Zero means [DefaultTimeout],
 	// 10 minutes. Negative means no limit beyond the caller's context.
+	// The context of the requests beneath is canceled when it runs out
+	// (context.Cause is a [*DeadlineError]); it is not that context's
+	// Deadline, since a stream outlives it: the layers read it from the
+	// operation.
 	Timeout time.Duration
 
 	// AttemptTimeout bounds one attempt until its response headers. It does
@@ -297,122 +310,207 @@ func New(o Options) http.RoundTripper {
 // state (breakers, quotas, budgets), made here. They learn of each other
 // through the request's context, never by reference.
 func Layers(o Options) []Middleware {
-	on := func(l Layer) bool { return o.Disable&l == 0 }
-	h := o.Hooks
-	reg := hosts.New(hosts.Options{MaxHosts: o.RateLimit.MaxHosts}) // every layer's per-host state
-
+	p := newParts(o)
 	var mws []Middleware
-	var ep *endpoints // Endpoints: the outermost layer, one above the per-host layers, and the base's pools
-	if o.Endpoints.on() {
-		ep = newEndpoints(o.Endpoints, h)
-		mws = append(mws, ep.operation())
-	}
-	if on(LayerIdempotencyKey) {
-		mws = append(mws, IdempotencyKey(o.Idempotency))
-	}
-	timeout, idle := o.Timeout, o.IdleTimeout
-	if timeout == 0 {
-		timeout = DefaultTimeout
-	}
-	if idle == 0 {
-		idle = DefaultIdleTimeout
-	}
-	if !on(LayerTimeout) {
-		timeout = 0
-	}
-	if !on(LayerIdleTimeout) {
-		idle = 0
-	}
-	if timeout > 0 || idle > 0 {
-		mws = append(mws, boundMiddleware(boundOperation, timeout, idle, boundTimeout, 0))
-	}
-	var budget retryBudget // the stack's one retry budget, shared by Retry and Hedge
-	switch {
-	case o.Retry.Budget != nil:
-		budget = budgetOf(o.Retry.Budget)
-	case on(LayerRetryBudget) && !o.DisableRetryBudget:
-		budget = newSharedBudget(&policy.Budget{}, reg)
-	}
-	if on(LayerRetry) {
-		p := o.Retry
-		if p.IdempotencyHeader == "" {
-			p.IdempotencyHeader = o.Idempotency.HeaderName()
+	for _, mw := range [...]Middleware{
+		p.endpoints(), p.idempotency(), p.timeout(), p.retry(), p.hedge(),
+		p.ep.alternates(), p.throttle(), p.rateLimit(), p.concurrency(), p.breaker(),
+		p.firstEvent(), p.attempt(), p.propagate(), p.perAddress(),
+	} {
+		if mw != nil {
+			mws = append(mws, mw)
 		}
-		p.OnAttempt = both(p.OnAttempt, h.OnAttempt)
-		p.OnRetry = both(p.OnRetry, h.OnRetry)
-		p.OnGiveUp = both(p.OnGiveUp, h.OnGiveUp)
-		mws = append(mws, retryMiddleware(p, budget))
-	}
-	if o.Hedge != nil {
-		p := *o.Hedge
-		b := budget // Retry's, unless the caller gave the hedges their own
-		if p.Budget != nil && p.Budget != o.Retry.Budget {
-			b = budgetOf(p.Budget)
-		}
-		if p.IdempotencyHeader == "" {
-			p.IdempotencyHeader = o.Retry.IdempotencyHeader // Retry's, as documented
-		}
-		if p.IdempotencyHeader == "" {
-			p.IdempotencyHeader = o.Idempotency.HeaderName()
-		}
-		if p.Classify == nil {
-			p.Classify = o.Retry.Classify
-		}
-		p.OnHedge = both(p.OnHedge, h.OnHedge)
-		p.OnHedgeWon = both(p.OnHedgeWon, h.OnHedgeWon)
-		p.OnCopyCanceled = both(p.OnCopyCanceled, h.OnCopyCanceled)
-		mws = append(mws, hedgeMiddleware(p, b))
-	}
-	if mw := ep.alternates(); mw != nil {
-		mws = append(mws, mw)
-	}
-	if o.Throttle != nil {
-		mws = append(mws, throttleMiddleware(o.Throttle, h.OnThrottle))
-	}
-	if on(LayerRateLimit) {
-		r := o.RateLimit
-		r.OnWait = both(r.OnWait, h.OnRateLimitWait)
-		r.OnReject = both(r.OnReject, h.OnRateLimitReject)
-		mws = append(mws, RateLimitTracker(ratelimit.NewTrackerOn(r, reg))) // its quotas beside the breakers
-	}
-	if o.Concurrency != nil {
-		mws = append(mws, concurrencyMiddleware(o.Concurrency, reg, h))
-	}
-	if on(LayerBreaker) && o.GoBreaker != nil {
-		mws = append(mws, GoBreaker(*o.GoBreaker)) // gobreaker's circuits in place of the default ones
-	} else if on(LayerBreaker) {
-		b := o.Breakers
-		if b == nil {
-			s := o.Breaker
-			if f, g := s.OnStateChange, h.OnBreakerStateChange; g != nil {
-				s.OnStateChange = g
-				if f != nil {
-					s.OnStateChange = func(k string, from, to BreakerState) { f(k, from, to); g(k, from, to) }
-				}
-			}
-			b = newBreakers(s, reg)
-		}
-		ep.useBreakers(b) // the alternates ask them whether an origin's circuit is open
-		mws = append(mws, b.Middleware())
-	}
-	attempt := o.AttemptTimeout
-	if !on(LayerAttemptTimeout) {
-		attempt = 0
-	}
-	if mw := firstEventMiddleware(o.FirstEventTimeout, idle, o.Stream, on(LayerRetry) || o.Hedge != nil, h.OnStreamCommit); mw != nil && on(LayerFirstEvent) {
-		mws = append(mws, mw) // streams commit at their first event
-	}
-	// The attempt bound stays in place with no AttemptTimeout, so that
-	// WithReadBody works on any stack; with neither, it passes requests
-	// through.
-	mws = append(mws, boundMiddleware(boundHeaders, attempt, idle, boundAttempt, o.ReadBody))
-	if o.PropagateDeadline {
-		mws = append(mws, PropagateDeadline(""))
-	}
-	if ep != nil && o.Endpoints.PerAddress {
-		mws = append(mws, ep.perAddressMiddleware())
 	}
 	return mws
+}
+
+// parts are what the layers of [New] share, made once by [Layers] and
+// handed to each layer as it is built: the per-host table (breakers,
+// quotas, budgets), the retry budget that Retry and Hedge draw on, and
+// the bounds' limits. A layer used alone makes its own.
+type parts struct {
+	o      Options
+	reg    *hosts.Registry
+	ep     *endpoints    // Endpoints: the outermost layer, one above the per-host layers, and the base's pools; nil: none
+	budget retryBudget   // nil: none
+	limit  time.Duration // Timeout, its default applied; 0: off
+	idle   time.Duration // IdleTimeout, its default applied; 0: off
+}
+
+func newParts(o Options) *parts {
+	if on := o.Disable & (LayerRetry | LayerRateLimit); on == 0 {
+		// One limit on a server-asked wait, for the request that got the
+		// ask and those its host holds after it (policy.ServerWait).
+		lim := policy.ServerWaitLimit(o.Retry.MaxRetryAfter, o.RateLimit.MaxWait)
+		o.Retry.MaxRetryAfter, o.RateLimit.MaxWait = lim, lim
+	}
+	p := &parts{o: o, reg: hosts.New(hosts.Options{MaxHosts: o.RateLimit.MaxHosts}), limit: o.Timeout, idle: o.IdleTimeout}
+	if p.limit == 0 {
+		p.limit = DefaultTimeout
+	}
+	if p.idle == 0 {
+		p.idle = DefaultIdleTimeout
+	}
+	if !p.on(LayerTimeout) {
+		p.limit = 0
+	}
+	if !p.on(LayerIdleTimeout) {
+		p.idle = 0
+	}
+	if o.Endpoints.on() {
+		p.ep = newEndpoints(o.Endpoints, o.Hooks)
+	}
+	switch {
+	case o.Retry.Budget != nil:
+		p.budget = budgetOf(o.Retry.Budget)
+	case p.on(LayerRetryBudget) && !o.DisableRetryBudget:
+		p.budget = newSharedBudget(&policy.Budget{}, p.reg)
+	}
+	return p
+}
+
+// on reports whether the layer l is on.
+func (p *parts) on(l Layer) bool { return p.o.Disable&l == 0 }
+
+func (p *parts) endpoints() Middleware {
+	if p.ep == nil {
+		return nil
+	}
+	return p.ep.operation()
+}
+
+func (p *parts) perAddress() Middleware {
+	if p.ep == nil || !p.o.Endpoints.PerAddress {
+		return nil
+	}
+	return p.ep.perAddressMiddleware()
+}
+
+func (p *parts) idempotency() Middleware {
+	if !p.on(LayerIdempotencyKey) {
+		return nil
+	}
+	return IdempotencyKey(p.o.Idempotency)
+}
+
+func (p *parts) timeout() Middleware {
+	if p.limit <= 0 && p.idle <= 0 {
+		return nil
+	}
+	return boundMiddleware(boundOperation, p.limit, p.idle, boundTimeout, 0)
+}
+
+func (p *parts) retry() Middleware {
+	if !p.on(LayerRetry) {
+		return nil
+	}
+	o, h := p.o, p.o.Hooks
+	r := o.Retry
+	if r.IdempotencyHeader == "" {
+		r.IdempotencyHeader = o.Idempotency.HeaderName()
+	}
+	r.OnAttempt = both(r.OnAttempt, h.OnAttempt)
+	r.OnRetry = both(r.OnRetry, h.OnRetry)
+	r.OnGiveUp = both(r.OnGiveUp, h.OnGiveUp)
+	return retryMiddleware(r, p.budget)
+}
+
+func (p *parts) hedge() Middleware {
+	o, h := p.o, p.o.Hooks
+	if o.Hedge == nil || !p.on(LayerHedge) {
+		return nil
+	}
+	hp := *o.Hedge
+	b := p.budget // Retry's, unless the caller gave the hedges their own
+	if hp.Budget != nil && hp.Budget != o.Retry.Budget {
+		b = budgetOf(hp.Budget)
+	}
+	if hp.IdempotencyHeader == "" {
+		hp.IdempotencyHeader = o.Retry.IdempotencyHeader // Retry's, as documented
+	}
+	if hp.IdempotencyHeader == "" {
+		hp.IdempotencyHeader = o.Idempotency.HeaderName()
+	}
+	if hp.Classify == nil {
+		hp.Classify = o.Retry.Classify
+	}
+	hp.OnHedge = both(hp.OnHedge, h.OnHedge)
+	hp.OnHedgeWon = both(hp.OnHedgeWon, h.OnHedgeWon)
+	hp.OnCopyCanceled = both(hp.OnCopyCanceled, h.OnCopyCanceled)
+	return hedgeMiddleware(hp, b)
+}
+
+func (p *parts) throttle() Middleware {
+	if p.o.Throttle == nil || !p.on(LayerThrottle) {
+		return nil
+	}
+	return throttleMiddleware(p.o.Throttle, p.o.Hooks.OnThrottle)
+}
+
+func (p *parts) rateLimit() Middleware {
+	if !p.on(LayerRateLimit) {
+		return nil
+	}
+	r := p.o.RateLimit
+	r.OnWait = both(r.OnWait, p.o.Hooks.OnRateLimitWait)
+	r.OnReject = both(r.OnReject, p.o.Hooks.OnRateLimitReject)
+	return RateLimitTracker(ratelimit.NewTrackerOn(r, p.reg)) // its quotas beside the breakers
+}
+
+func (p *parts) concurrency() Middleware {
+	if p.o.Concurrency == nil {
+		return nil
+	}
+	return concurrencyMiddleware(p.o.Concurrency, p.reg, p.o.Hooks)
+}
+
+func (p *parts) breaker() Middleware {
+	if !p.on(LayerBreaker) {
+		return nil
+	}
+	if p.o.GoBreaker != nil {
+		return GoBreaker(*p.o.GoBreaker) // gobreaker's circuits in place of the default ones
+	}
+	b := p.o.Breakers
+	if b == nil {
+		s := p.o.Breaker
+		if f, g := s.OnStateChange, p.o.Hooks.OnBreakerStateChange; g != nil {
+			s.OnStateChange = g
+			if f != nil {
+				s.OnStateChange = func(k string, from, to BreakerState) { f(k, from, to); g(k, from, to) }
+			}
+		}
+		b = newBreakers(s, p.reg)
+	}
+	p.ep.useBreakers(b) // the alternates ask them whether an origin's circuit is open
+	return b.Middleware()
+}
+
+// firstEvent has streams commit at their first event.
+func (p *parts) firstEvent() Middleware {
+	o := p.o
+	if !p.on(LayerFirstEvent) {
+		return nil
+	}
+	return firstEventMiddleware(o.FirstEventTimeout, p.idle, o.Stream, p.on(LayerRetry) || o.Hedge != nil && p.on(LayerHedge), o.Hooks.OnStreamCommit)
+}
+
+// attempt is the attempt bound. It stays in place with no
+// AttemptTimeout, so that WithReadBody works on any stack; with neither,
+// it passes requests through.
+func (p *parts) attempt() Middleware {
+	d := p.o.AttemptTimeout
+	if !p.on(LayerAttemptTimeout) {
+		d = 0
+	}
+	return boundMiddleware(boundHeaders, d, p.idle, boundAttempt, p.o.ReadBody)
+}
+
+func (p *parts) propagate() Middleware {
+	if !p.o.PropagateDeadline {
+		return nil
+	}
+	return PropagateDeadline("")
 }
 
 // boundMiddleware returns a middleware that bounds what is beneath it

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -16,59 +17,116 @@ import (
 // since a clone keeps them. So a stack built with [Chain] from the same
 // layers behaves as [New], whatever stands between them.
 //
-// Two things travel there:
-//
-//   - the stack: what its layers learn of each other as requests pass
-//     (the Breaker and RateLimitAware beneath, which Retry and Hedge ask
-//     before they wait; the budget of the Retry above, which a Hedge
-//     shares; the Timeout's idle cut). The outermost layer that carries
-//     it makes it once, with itself;
-//   - the operation's record: what Retry says of how it ended, for
-//     [OperationOf], made only when an operation needs a second attempt
-//     or ends on a failure.
+// One value travels there, under one key: a scope, which names the
+// operation (made once, by the first sturdy layer that finds none) and
+// the innermost bound above (whose deadline waits draw on, whose idle cut
+// failed bodies are read with, and whose deadline a stream's read ahead
+// holds off). Nothing is written into a layer by the requests that pass
+// it: what a layer learns of the others as an operation runs is written
+// into that operation.
 
-// stack is what the layers beneath one layer learn of each other. Every
-// field is set once and read by any (requests run at once): the Retry
-// and the Timeout by the first request that passes them, the Breaker and
-// the quota tracker by the first that fails through them (or that a
-// half-open breaker may refuse), since only a failure starts a wait.
-type stack struct {
-	// idleCut is the Timeout layer's bound, whose idle cut Retry and
-	// Hedge read the failed bodies they judge with; nil means none.
-	idleCut atomic.Pointer[bound]
-	// retry is the Retry layer that counts operations in its budget: a
-	// Hedge beneath draws its hedges from the same budget.
-	retry atomic.Pointer[retryConfig]
-	// breakers and tracker are the Breaker and RateLimitAware beneath:
-	// Retry and Hedge ask them whether a later attempt would be
-	// refused, so that nothing waits only to be refused.
+// operation is what the layers of a stack know of one operation.
+type operation struct {
+	start time.Duration // clockNow when the first sturdy layer met it
+	// retry is the Retry layer that counted the operation in its budget:
+	// a Hedge beneath draws its hedges from the same budget. Written by
+	// that Retry before it sends anything.
+	retry *retryConfig
+	// breakers and tracker are the Breaker and RateLimitAware that
+	// judged the operation's last failed attempt: Retry and Hedge ask
+	// them whether a later attempt would be refused, so that nothing
+	// waits only to be refused.
 	breakers atomic.Pointer[Breakers]
 	tracker  atomic.Pointer[ratelimit.Tracker]
+	// ep is what Endpoints keeps of the operation; nil without them.
+	ep *endpointOp
+	// What Retry says of how the operation ended, for OperationOf.
+	attempts int
+	reason   policy.Reason
+	waited   time.Duration
 }
 
-type stackKey struct{}
+// scope is the value under opKey: the operation as the layer that reads
+// it sees it. A layer that adds to it (a bound, an attempt, a hedge copy,
+// a Throttle, a judged stream) puts a copy with its part set under the
+// same key.
+type scope struct {
+	op        *operation
+	bound     *timecut.Watch // the innermost bound of New above; nil: none
+	attempt   int            // the attempt's number (see AttemptFromContext); 0: the first
+	copy      int            // the hedge copy's number (see HedgeCopyFromContext); 0: none
+	throttled bool           // a Throttle above passed the request
+	held      *heldStream    // the stream a failed attempt holds (see restoreStream)
+	readBody  int64          // WithReadBody's limit; 0: the stack's
+	attempts  int            // WithAttempts's attempts; 0: the stack's
+	addr      string         // the address Endpoints.PerAddress sent the attempt to
+}
 
-// stackOf returns the stack that ctx carries, nil when none does.
-func stackOf(ctx context.Context) *stack {
-	s, _ := ctx.Value(stackKey{}).(*stack)
+// withScope returns ctx with a copy of its scope (an empty one when it
+// has none) changed by set.
+func withScope(ctx context.Context, set func(*scope)) context.Context {
+	s := &scope{}
+	if p := scopeOf(ctx); p != nil {
+		*s = *p
+	}
+	set(s)
+	return context.WithValue(ctx, opKey{}, s)
+}
+
+type opKey struct{}
+
+// scopeOf returns the scope that ctx carries, nil when none does.
+func scopeOf(ctx context.Context) *scope {
+	s, _ := ctx.Value(opKey{}).(*scope)
 	return s
+}
+
+// opOf returns the operation that ctx carries, nil when none does.
+func opOf(ctx context.Context) *operation {
+	if s := scopeOf(ctx); s != nil {
+		return s.op
+	}
+	return nil
+}
+
+// opScope is a scope and its operation, allocated together.
+type opScope struct {
+	s  scope
+	op operation
+}
+
+// withOp returns req's operation, and req with it: req itself when its
+// context carries one, else a copy whose context carries a new one.
+func withOp(req *http.Request) (*operation, *http.Request) {
+	ps := scopeOf(req.Context())
+	if ps != nil && ps.op != nil {
+		return ps.op, req
+	}
+	o := &opScope{}
+	if ps != nil {
+		o.s = *ps
+	}
+	o.op.start = timecut.Now()
+	o.s.op = &o.op
+	return &o.op, req.WithContext(context.WithValue(req.Context(), opKey{}, &o.s))
 }
 
 // refusedAt returns the error that an attempt of req made at the time
 // at would meet from the layers beneath: an open breaker, a host paused
 // or a quota spent past at. Nil means it would be sent.
-func (s *stack) refusedAt(req *http.Request, at time.Time) error {
-	if s == nil {
+func (op *operation) refusedAt(req *http.Request, at time.Time) error {
+	if op == nil {
 		return nil
 	}
 	req = routeOf(req, at) // the origin an attempt would go to (Endpoints.Alternates)
-	if b := s.breakersOf(req); b != nil {
+	if b := op.breakers.Load(); b != nil {
 		if err := b.refusedAt(req, at); err != nil {
 			return err
 		}
 	}
-	if t := s.tracker.Load(); t != nil {
-		return t.RefusedAt(req, at)
+	if t := op.tracker.Load(); t != nil {
+		dl, _ := deadlineOf(req.Context())
+		return t.RefusedAtWithin(req, at, dl)
 	}
 	return nil
 }
@@ -76,165 +134,88 @@ func (s *stack) refusedAt(req *http.Request, at time.Time) error {
 // hedgeRefusedAt is refusedAt for a hedge: a copy beside one sent
 // already, which a breaker that is not closed refuses (see
 // Breakers.hedgeRefusedAt).
-func (s *stack) hedgeRefusedAt(req *http.Request, at time.Time) error {
-	if s == nil {
+func (op *operation) hedgeRefusedAt(req *http.Request, at time.Time) error {
+	if op == nil {
 		return nil
 	}
 	req = routeOf(req, at) // the origin a hedge would go to (Endpoints.Alternates)
-	if b := s.breakersOf(req); b != nil {
+	if b := op.breakers.Load(); b != nil {
 		return b.hedgeRefusedAt(req, at)
 	}
 	return nil
 }
 
-// retryConfig returns the Retry layer above that counts operations in
+// retryConfig returns the Retry layer above that counts the operation in
 // its budget, nil when there is none.
-func (s *stack) retryConfig() *retryConfig {
-	if s == nil {
+func (op *operation) retryConfig() *retryConfig {
+	if op == nil {
 		return nil
 	}
-	return s.retry.Load()
+	return op.retry
 }
 
-// cut returns the bound whose idle cut failed bodies are read with, nil
-// when there is none.
-func (s *stack) cut() *bound {
-	if s == nil {
-		return nil
-	}
-	return s.idleCut.Load()
-}
-
-// join records v in f, once: the first request through a layer tells
-// the stack of it.
-func join[T any](f *atomic.Pointer[T], v *T) {
-	if f.Load() == nil {
-		f.Store(v)
-	}
-}
-
-// breakersOf returns the Breakers that an attempt of req meets: the
-// ones that judged its operation's last attempt, when a layer beneath a
-// router told the operation; else the first that joined the stack.
-func (s *stack) breakersOf(req *http.Request) *Breakers {
-	if p := opBreakers(req.Context()); p != nil {
-		if b := p.Load(); b != nil {
-			return b
-		}
-	}
-	return s.breakers.Load()
-}
-
-// opBreakersKey asks a context that carries an operation (a bound that
-// carries the stack, a Retry's record, a Hedge's or Throttle's stack
-// context) where it keeps the Breakers that judged its last attempt.
-type opBreakersKey struct{}
-
-// opBreakers returns where ctx's operation keeps the Breakers that
-// judged its last attempt; nil when no layer above carries one.
-func opBreakers(ctx context.Context) *atomic.Pointer[Breakers] {
-	p, _ := ctx.Value(opBreakersKey{}).(*atomic.Pointer[Breakers])
-	return p
-}
-
-// joinBreakers tells the stack and the operation that ctx carries of the
-// Breakers b, which judged one of the operation's attempts: a Retry or
-// Hedge above then asks b whether a later attempt would be refused, even
-// when a router beneath sends other requests through other Breakers.
+// joinBreakers tells the operation that ctx carries of the Breakers b,
+// which judged one of its attempts: a Retry or Hedge above then asks b
+// whether a later attempt would be refused.
 func joinBreakers(ctx context.Context, b *Breakers) {
-	stackOf(ctx).joinBreakers(b)
-	if p := opBreakers(ctx); p != nil && p.Load() != b {
-		p.Store(b)
+	if op := opOf(ctx); op != nil && op.breakers.Load() != b {
+		op.breakers.Store(b)
 	}
 }
 
-// joinBreakers tells s (when set) of the Breaker b beneath.
-func (s *stack) joinBreakers(b *Breakers) {
-	if s != nil {
-		join(&s.breakers, b)
+// joinTracker tells the operation that ctx carries of the quota tracker
+// t beneath.
+func joinTracker(ctx context.Context, t *ratelimit.Tracker) {
+	if op := opOf(ctx); op != nil && op.tracker.Load() != t {
+		op.tracker.Store(t)
 	}
 }
 
-// joinTracker tells s (when set) of the quota tracker t beneath.
-func (s *stack) joinTracker(t *ratelimit.Tracker) {
-	if s != nil {
-		join(&s.tracker, t)
+// idleCut returns the Timeout bound above whose idle cut failed bodies
+// are read with, nil when there is none.
+func idleCut(ctx context.Context) *timecut.Watch {
+	s := scopeOf(ctx)
+	if s == nil {
+		return nil
 	}
-}
-
-// joinRetry tells s (when set) of the Retry c above.
-func (s *stack) joinRetry(c *retryConfig) {
-	if s != nil {
-		join(&s.retry, c)
-	}
-}
-
-// opRecord is one operation's record: what Retry says of how it ended,
-// for [OperationOf]. Its context also carries the stack when no layer
-// above made one.
-type opRecord struct {
-	stack    *stack                   // the stack, when the layer that made the record carries it
-	breakers atomic.Pointer[Breakers] // the Breakers that judged the last attempt (see joinBreakers)
-	base     *http.Request            // the caller's request, its context carrying the record
-	attempts int
-	reason   policy.Reason
-	waited   time.Duration
-}
-
-// recordCtx carries an opRecord: one allocation for the record and the
-// context that holds it.
-type recordCtx struct {
-	context.Context
-	rec opRecord
-}
-
-type opRecordKey struct{}
-
-func (c *recordCtx) Value(key any) any {
-	switch key.(type) { // a type switch: see boundCtx.Value
-	case opRecordKey:
-		return &c.rec
-	case stackKey:
-		if c.rec.stack != nil {
-			return c.rec.stack
-		}
-	case opBreakersKey:
-		if c.rec.stack != nil {
-			return &c.rec.breakers
+	for w := s.bound; w != nil; w = w.Up {
+		if w.L.Idle > 0 && w.L.Name == boundTimeout {
+			return w
 		}
 	}
-	return c.Context.Value(key)
+	return nil
 }
 
-// record returns req with a record in its context, making both when *rec
-// is nil; the new context carries s too, when s is set.
-func record(rec **opRecord, req *http.Request, s *stack) *http.Request {
-	if *rec == nil {
-		c := &recordCtx{Context: req.Context()}
-		c.rec.stack = s
-		c.rec.base = req.WithContext(c)
-		*rec = &c.rec
+// deadlineOf returns the deadline that bounds the work of ctx: the
+// sooner of its own and those of the bounds of [New] above, whose
+// deadlines a stream may outlive and which are therefore enforced by
+// their watch rather than by the context.
+func deadlineOf(ctx context.Context) (time.Time, bool) {
+	return deadlineOfScope(ctx, scopeOf(ctx))
+}
+
+// deadlineOfScope is deadlineOf with ctx's scope, s, found already.
+func deadlineOfScope(ctx context.Context, s *scope) (time.Time, bool) {
+	dl, ok := ctx.Deadline()
+	if s == nil {
+		return dl, ok
 	}
-	return (*rec).base
-}
-
-// recordRef carries an opRecord made for another context.
-type recordRef struct {
-	context.Context
-	rec *opRecord
-}
-
-func (c *recordRef) Value(key any) any {
-	if _, ok := key.(opRecordKey); ok {
-		return c.rec
+	for w := s.bound; w != nil; w = w.Up {
+		if due, armed := w.Deadline(); armed {
+			if t := timecut.Time(due); !ok || t.Before(dl) {
+				dl, ok = t, true
+			}
+		}
 	}
-	return c.Context.Value(key)
+	return dl, ok
 }
 
-// opRecordOf returns the record in ctx, nil when there is none.
-func opRecordOf(ctx context.Context) *opRecord {
-	rec, _ := ctx.Value(opRecordKey{}).(*opRecord)
-	return rec
+// startOf returns when the operation of ctx began, on the bounds' clock.
+func startOf(ctx context.Context) time.Duration {
+	if op := opOf(ctx); op != nil {
+		return op.start
+	}
+	return timecut.Now()
 }
 
 // Operation is how an operation through [Retry] ended. [OperationOf] gives
@@ -272,39 +253,10 @@ func OperationOf(resp *http.Response) (op Operation, ok bool) {
 }
 
 // operationOf is OperationOf without Endpoints.
-func operationOf(resp *http.Response) (op Operation, ok bool) {
-	ctx := resp.Request.Context()
-	if rec := opRecordOf(ctx); rec != nil {
-		return Operation{Attempts: rec.attempts, Reason: rec.reason, Waited: rec.waited}, true
+func operationOf(resp *http.Response) (Operation, bool) {
+	op := opOf(resp.Request.Context())
+	if op == nil || op.retry == nil {
+		return Operation{}, false
 	}
-	if stackOf(ctx).retryConfig() != nil {
-		return Operation{Attempts: 1}, true // a success at the first attempt
-	}
-	return Operation{}, false
-}
-
-// stackCtx carries a stack made by a layer that found none above it.
-type stackCtx struct {
-	context.Context
-	s        *stack
-	breakers atomic.Pointer[Breakers] // the Breakers that judged the operation's last attempt
-}
-
-func (c *stackCtx) Value(key any) any {
-	switch key.(type) { // a type switch: see boundCtx.Value
-	case stackKey:
-		return c.s
-	case opBreakersKey:
-		return &c.breakers
-	}
-	return c.Context.Value(key)
-}
-
-// withStack returns req's stack, and req with it: req itself when its
-// context carries one already, else a copy whose context carries own.
-func withStack(req *http.Request, own *stack) (*stack, *http.Request) {
-	if s := stackOf(req.Context()); s != nil {
-		return s, req
-	}
-	return own, req.WithContext(&stackCtx{Context: req.Context(), s: own})
+	return Operation{Attempts: max(op.attempts, 1), Reason: op.reason, Waited: op.waited}, true
 }

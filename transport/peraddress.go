@@ -334,21 +334,6 @@ func (p *perAddress) record(h *addrHost, pl *addrPool, req *http.Request, resp *
 	}
 }
 
-// addrCtx carries the address an attempt was sent to, for [AddressOf].
-type addrCtx struct {
-	context.Context
-	addr string
-}
-
-type addrKey struct{}
-
-func (c *addrCtx) Value(key any) any {
-	if _, ok := key.(addrKey); ok {
-		return c.addr
-	}
-	return c.Context.Value(key)
-}
-
 // AddressOf returns the address that the attempt whose response is resp
 // was sent to by [Endpoints.PerAddress]: an IP address, or "" when the
 // attempt was not sent through a per-address pool. [OperationOf] gives
@@ -357,8 +342,10 @@ func AddressOf(resp *http.Response) string {
 	if resp == nil || resp.Request == nil {
 		return ""
 	}
-	a, _ := resp.Request.Context().Value(addrKey{}).(string)
-	return a
+	if s := scopeOf(resp.Request.Context()); s != nil {
+		return s.addr
+	}
+	return ""
 }
 
 // RoundTrip sends req through the pool of one of its host's addresses.
@@ -380,7 +367,7 @@ func (p *perAddress) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	op.addTried(pl)
-	r := req.WithContext(&addrCtx{Context: ctx, addr: pl.ip})
+	r := req.WithContext(withScope(ctx, func(s *scope) { s.addr = pl.ip }))
 	resp, err := pl.rt.RoundTrip(r)
 	p.record(h, pl, req, resp, err)
 	if err == nil {

@@ -3,15 +3,13 @@ package transport
 import (
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"net/http"
 	"sync/atomic"
 	"time"
 )
 
-// attemptsKey is the context key of [WithAttempts].
-type attemptsKey struct{}
-
-// attemptsUsed is set once WithAttempts has made a context with the key:
+// attemptsUsed is set once WithAttempts has made a context with attempts:
 // until then no layer looks for it, which costs a walk up the request's
 // context chain.
 var attemptsUsed atomic.Bool
@@ -35,7 +33,7 @@ func WithAttempts(ctx context.Context, n int) context.Context {
 	if !attemptsUsed.Load() {
 		attemptsUsed.Store(true)
 	}
-	return context.WithValue(ctx, attemptsKey{}, n)
+	return withScope(ctx, func(s *scope) { s.attempts = n })
 }
 
 // attemptsOf returns the attempts that [WithAttempts] set in ctx, or 0.
@@ -43,8 +41,10 @@ func attemptsOf(ctx context.Context) int {
 	if !attemptsUsed.Load() {
 		return 0
 	}
-	n, _ := ctx.Value(attemptsKey{}).(int)
-	return n
+	if s := scopeOf(ctx); s != nil {
+		return s.attempts
+	}
+	return 0
 }
 
 // forRequest returns c with the attempts that req's context sets with
@@ -70,11 +70,11 @@ func fastestAnswer(ctx context.Context, fastest time.Duration, start, now time.T
 		return fastest
 	}
 	if start.IsZero() {
-		c, ok := ctx.(*boundCtx)
-		if !ok || c.b.d <= 0 {
+		op := opOf(ctx)
+		if op == nil {
 			return fastest
 		}
-		start = clockTime(c.begun)
+		start = timecut.Time(op.start)
 	}
 	took := now.Sub(start)
 	if took > 0 && (fastest == 0 || took < fastest) {

@@ -39,7 +39,7 @@ type propagate struct {
 }
 
 func (t *propagate) RoundTrip(req *http.Request) (*http.Response, error) {
-	deadline, ok := req.Context().Deadline()
+	deadline, ok := deadlineOf(req.Context()) // the bounds of New above included
 	if !ok {
 		return t.next.RoundTrip(req)
 	}

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"net/http"
 
 	"github.com/sturdyhttp/sturdy/policy"
@@ -67,13 +68,14 @@ type rateLimiter struct {
 // request, and settles the reservation with the response, or cancels it
 // when the request never reached the server.
 func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
-	req, err := checkCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
+	req, err := reqbody.CheckCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
 	if err != nil {
 		return nil, err // the caller's error uses no quota
 	}
-	res, err := l.t.Reserve(req)
+	dl, _ := deadlineOf(req.Context()) // a bound of New's, which a stream may outlive, is not the context's
+	res, err := l.t.ReserveWithin(req, dl)
 	if err != nil || res.Holds() {
-		stackOf(req.Context()).joinTracker(l.t) // Retry above asks it before it waits
+		joinTracker(req.Context(), l.t) // Retry above asks it before it waits
 	}
 	if err != nil {
 		if req.Body != nil {
@@ -94,7 +96,7 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || resp == nil || resp.StatusCode >= 400 {
 		// Retry above asks the tracker before a wait, which only a
 		// failure starts: a success need not tell it.
-		stackOf(req.Context()).joinTracker(l.t)
+		joinTracker(req.Context(), l.t)
 	}
 	switch {
 	case err != nil && !policy.Judge(policy.Outcome{Request: req, Err: err, NotConnected: watch != nil && watch.notConnected()}).Sent:

@@ -235,15 +235,11 @@ var simMisses = map[string]simMiss{
 	"nginx limit_req burst=5 nodelay at 20 r/s": {
 		"the learned cap probes above the limit every few seconds, and nodelay refuses the excess at once", 0.95, 8},
 	"nginx limit_req burst=5 nodelay at 100 r/s": {
-		"each probe above the limit costs a 429 and a quarter-second pause", 0.75, 4},
+		"nginx's first burst (its burst of 5) says nothing of its rate: the guess grows from 20/s to the limit over seconds", 0.85, 4},
 	"nginx limit_req burst=5 nodelay, Retry-After: 1 at 20 r/s": {
 		"the first burst's 429s (about 19, nothing known yet) and a probe above the limit every few seconds, each refused at once", 0.9, 10},
 	"nginx limit_req burst=5 nodelay, Retry-After: 1 at 100 r/s": {
 		"the first Retry-After is held for the host (nothing known yet), then the guess grows to the limit over seconds (the pace's queue lags a rising cap)", 0.85, 3},
-	"HAProxy http_req_rate(1s) at 20 r/s": {
-		"HAProxy counts refused requests: the first burst keeps the window full for a second, and the cap starts low", 0.82, 8},
-	"HAProxy http_req_rate(1s) at 100 r/s": {
-		"HAProxy counts refused requests: the first burst keeps the window full for a second, and the cap starts low", 0.68, 4},
 }
 
 func simRows() []simRow {

@@ -54,7 +54,7 @@ func (c nginxConfig) why() string {
 	case !c.nodelay:
 		return "the first 429's pause is held whole (nothing is known yet), then the queue's drain measures the pace"
 	case !c.retryAfter:
-		return "each probe above the limit is refused at once and costs a quarter-second pause"
+		return "nginx's first burst (its burst of 5) says nothing of its rate: the guess grows from 20/s to the limit over seconds"
 	case c.rate <= 20:
 		return "the first burst's 429s (14-19, nothing known yet), and a probe above the limit every few seconds, refused at once"
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -94,7 +96,6 @@ type retryConfig struct {
 type retrier struct {
 	next http.RoundTripper
 	c    *retryConfig
-	own  stack // the stack beneath, when no layer above carries one
 }
 
 func (t *retrier) CloseIdleConnections() { closeIdle(t.next) }
@@ -167,291 +168,260 @@ func (e *RetryError) Timeout() bool {
 
 var errNilResponse error = nilResponseError{} // final: see localfinal.go
 
-type attemptKey struct{}
-
 // AttemptFromContext returns the number of the attempt a request belongs
 // to, as [Retry] sets it. The first attempt is 1, the first retry 2, and so
 // on. It returns 1 for a request that did not pass through Retry.
 // RoundTrippers beneath Retry and hooks can use it, such as an SDK's logging
 // transport.
 func AttemptFromContext(ctx context.Context) int {
-	if n, ok := ctx.Value(attemptKey{}).(int); ok {
-		return n
+	if s := scopeOf(ctx); s != nil && s.attempt > 0 {
+		return s.attempt
 	}
 	return 1
 }
 
 func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
-	c := t.c.forRequest(req) // WithAttempts
-	if req.URL == nil {      // nothing to retry: let the base report the error
+	if req.URL == nil { // nothing to retry: let the base report the error
 		return t.next.RoundTrip(req)
 	}
-	var (
-		body replay // one attempt only: nothing to replay
-		err  error
-	)
-	if c.attempts > 1 {
-		if body, err = newReplay(req, c.bufLimit); err != nil {
-			// The caller's body failed as it was read to be kept: nothing
-			// was sent.
-			err = &policy.BodyError{ContentLength: max(req.ContentLength, -1), Err: errors.Unwrap(err)}
-			return t.giveUp(req, 0, nil, err, policy.Step{Reason: policy.ReasonCallerError})
-		}
-		defer body.finish()
-	} else if c.onAttempt != nil || c.onGiveUp != nil {
-		// No copy of the body is kept, but a free resend can have it
-		// again when it is empty or the caller can make it again.
-		body = replay{none: req.Body == nil || req.Body == http.NoBody, get: req.GetBody}
-	} else {
-		r, err := checkBody(req, false)
-		if err != nil {
-			closeBody(req)
-			return nil, &RetryError{Reason: policy.ReasonCallerError, Err: err}
-		}
-		s := stackOf(r.Context())
-		if s == nil { // an operation still, for OperationOf, and a Hedge beneath may share the budget
-			s, r = withStack(r, &t.own)
-		}
-		s.joinRetry(c)
-		if c.budget != nil {
-			c.budget.request(req.URL, startOf(req.Context()))
-		}
-		if r.GetBody != nil && !policy.SafeToResend(req, c.keyHeader) {
-			r = withoutGetBody(r, r != req)
-		}
-		resp, err := t.next.RoundTrip(r)
-		if err != nil {
-			// The caller's own body, if it can be had again: see freeResend.
-			b := replay{none: req.Body == nil || req.Body == http.NoBody, get: req.GetBody, noGetBody: r.GetBody == nil}
-			for free := 0; free < maxFreeResends; free++ {
-				again := freeResend(req.Context(), &b, r, 1, err)
-				if again == nil {
-					break
-				}
-				r = again
-				resp, err = t.next.RoundTrip(r)
-			}
-		}
-		answered(resp, r)
-		if err == nil && resp != nil && resp.StatusCode < 400 {
-			return resp, nil
-		}
-		if resp == nil && err == nil {
-			err = errNilResponse
-		}
-		return t.end(nil, req, 1, 0, resp, err, t.lastStep(s, req, r, resp, err))
-	}
-	safe := policy.SafeToResend(req, c.keyHeader)
-	// base is what each attempt copies: the caller's request, or a copy
-	// whose context carries the operation, or tells whether a
-	// connection was made, for a request that may be sent again only if
-	// none was.
-	st, base, rec := t.stackOf(req) // rec: the operation's record, from the second attempt on
-	st.joinRetry(c)                 // a Hedge beneath draws on the same budget
-	ctx := base.Context()
-	if c.budget != nil {
-		c.budget.request(req.URL, startOf(ctx))
-	}
-	var watch *connWatch
-	if !safe {
-		if c.attempts > 1 {
-			watch, base = watchConns(base)
-		}
-		// Every attempt goes without GetBody: see withoutGetBody.
-		if base.GetBody != nil {
-			base = withoutGetBody(base, base != req)
-		}
-		body.noGetBody = true
-	}
-
-	var (
-		resp    *http.Response
-		prev    time.Duration
-		waited  time.Duration
-		fastest time.Duration // the operation's fastest answer: see policy.State.Fastest
-		r       = base
-		free    int // free resends made: see freeResend
-	)
-	if body.first != nil {
-		r = body.firstRequest(base)
-	}
-	if r, err = checkBody(r, r != req); err != nil {
-		closeBody(req)
+	o := retryRun{t: t, c: t.c.forRequest(req), req: req} // WithAttempts
+	r, err := o.begin()
+	if err != nil {
 		return t.giveUp(req, 0, nil, err, policy.Step{Reason: policy.ReasonCallerError})
 	}
-	for n := 1; ; n++ {
-		var start time.Time
-		if c.onAttempt != nil || n > 1 {
-			start = time.Now()
-		}
-		if watch != nil {
-			watch.reset()
-		}
-		resp, err = t.next.RoundTrip(r)
-		if resp == nil && err == nil { // a broken RoundTripper beneath: say so, as http.Client does
-			err = errNilResponse
-		}
-		answered(resp, r)
-		if c.onAttempt != nil && !concurrencyRefused(err) { // a request refused for the limit is no attempt
-			c.onAttempt(attemptEvent(req, n, resp, err, time.Since(start)))
-		}
-		if err != nil && free < maxFreeResends {
-			if again := freeResend(ctx, &body, base, n, err); again != nil {
-				if resp != nil && resp.Body != nil { // a response and an error both: a broken RoundTripper
-					resp.Body.Close()
-				}
-				free++
-				r = again
-				n-- // the same attempt again: a free resend is not counted
-				continue
-			}
-		}
-		if err == nil && resp.StatusCode < 400 && c.defaultCls {
-			if rec != nil {
-				rec.attempts, rec.reason, rec.waited = n, "", waited
-			}
+	defer o.body.Finish()
+	for o.n = 1; ; o.n++ {
+		resp, err := o.send(r)
+		if err == nil && resp.StatusCode < 400 && o.c.defaultCls {
+			o.op.attempts, o.op.reason, o.op.waited = o.n, "", o.waited
 			return resp, nil // success: the fast path
 		}
-		idleCut := st.cut()
-		var problem *policy.Problem
-		if err == nil && ctx.Err() == nil {
-			problem = readProblem(resp, c.probLimit, idleCut)
+		step, now := o.decide(r, resp, err)
+		if step.Free {
+			if again := o.again(resp); again != nil {
+				r = again
+				o.n-- // the same attempt again: a free resend is not counted
+				continue
+			}
+			o.free = policy.MaxFreeResends // the body cannot be had: decide without it
+			step, now = o.decide(r, resp, err)
 		}
-		now := time.Now()
-		fastest = fastestAnswer(ctx, fastest, start, now, err)
-		s := policy.State{
-			Outcome: policy.Outcome{
-				Request:      r,
-				Response:     resp,
-				Err:          err,
-				Problem:      problem,
-				Attempt:      n,
-				Keyed:        policy.HasKey(req, c.keyHeader),
-				NotConnected: watch != nil && err != nil && watch.notConnected(),
-				Now:          now,
-			},
-			SafeToResend: safe,
-			Replayable:   body.replayable(),
-			PrevWait:     prev,
-			Done:         context.Cause(ctx),
-			Fastest:      fastest,
-		}
-		if dl, ok := ctx.Deadline(); ok {
-			s.Deadline = dl
-		}
-		attempt := r // not r itself: a closure over it would move it to the heap on every call
-		s.Refused = func(at time.Time) error { return st.refusedAt(attempt, at) }
-		if c.budget != nil {
-			s.Budget = func() bool { return c.budget.retry(req.URL, clockOf(now)) }
-		}
-		step := c.p.Next(s)
 		if !step.Retry {
-			return t.end(rec, req, n, waited, resp, err, step)
+			return t.end(o.op, req, o.n, o.waited, resp, err, step)
 		}
-		if rec == nil {
-			base = record(&rec, base, nil)
+		next, out, err := o.wait(step, now, resp, err)
+		if next == nil {
+			return out, err
 		}
-		next, gerr := body.request(base, n+1)
-		if gerr != nil { // GetBody failed: no further attempt can be made
-			return t.end(rec, req, n, waited, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
-		}
-		if c.onRetry != nil {
-			e := policy.RetryEvent{Request: req, Attempt: n + 1, Wait: step.Wait, Reason: step.Decision.Reason, Status: status(resp), Err: err}
-			if step.Decision.HasRetryAfter {
-				e.RetryAfter = step.Decision.RetryAfter
-			}
-			c.onRetry(e)
-		}
-		if resp != nil {
-			drain(watchIdle(resp.Body, idleCut))
-		}
-		// The wait runs from the decision, which found that it ends
-		// inside the deadline: the time spent since (draining a slow
-		// error body, the hook) is part of it, not added to it.
-		if serr := sleep(ctx, step.Wait-time.Since(now)); serr != nil {
-			if next.Body != nil {
-				next.Body.Close()
-			}
-			reason := policy.ReasonDeadline
-			if errors.Is(serr, context.Canceled) {
-				reason = policy.ReasonCanceled
-			}
-			return t.end(rec, req, n, waited+time.Since(now), nil, serr, policy.Step{Reason: reason})
-		}
-		waited += time.Since(now)
-		if r, err = checkBody(next, true); err != nil {
-			closeBody(next)
-			return t.end(rec, req, n, waited, nil, err, policy.Step{Reason: policy.ReasonCallerError})
-		}
-		prev = step.Wait
+		r, o.prev = next, step.Wait
 	}
 }
 
-// lastStep is [policy.Retry.Next]'s decision on the one attempt r of
-// req that a Retry with MaxAttempts 1 made: the reason it gives is the
-// one the attempt loop gives for the same outcome.
-func (t *retrier) lastStep(st *stack, req, r *http.Request, resp *http.Response, err error) policy.Step {
-	c := t.c
-	ctx := req.Context()
-	var problem *policy.Problem
-	if err == nil && ctx.Err() == nil {
-		problem = readProblem(resp, c.probLimit, st.cut())
+// retryRun is one operation through Retry: what its attempts share.
+type retryRun struct {
+	t      *retrier
+	c      *retryConfig  // t's, with WithAttempts's attempts
+	req    *http.Request // the caller's
+	base   *http.Request // what each attempt copies
+	op     *operation
+	ctx    context.Context
+	body   reqbody.Replay
+	watch  *connWatch // whether an attempt got a connection: for a request not safe to resend
+	safe   bool
+	n      int // the attempt's number
+	free   int // free resends made
+	prev   time.Duration
+	waited time.Duration
+	start  time.Time // when the last attempt was sent; zero when not timed
+	// fastest is the operation's fastest answer: see policy.State.Fastest.
+	fastest time.Duration
+}
+
+// begin prepares the operation and returns its first attempt: it keeps
+// the caller's body for replay, joins the operation (a Hedge beneath
+// draws on the same budget), and strips GetBody from a request that is
+// not safe to send again (see withoutGetBody).
+func (o *retryRun) begin() (*http.Request, error) {
+	c, req := o.c, o.req
+	if c.attempts > 1 {
+		var err error
+		if o.body, err = reqbody.New(req, c.bufLimit); err != nil {
+			// The caller's body failed as it was read to be kept: nothing
+			// was sent.
+			return nil, &policy.BodyError{ContentLength: max(req.ContentLength, -1), Err: errors.Unwrap(err)}
+		}
+	} else {
+		// No copy of the body is kept, but a free resend can have it
+		// again when it is empty or the caller can make it again.
+		o.body = reqbody.Replay{None: req.Body == nil || req.Body == http.NoBody, Get: req.GetBody}
 	}
+	o.safe = policy.SafeToResend(req, c.keyHeader)
+	o.op, o.base = withOp(req)
+	o.op.retry = c
+	o.ctx = o.base.Context()
+	if c.budget != nil {
+		c.budget.request(req.URL, o.op.start)
+	}
+	if !o.safe {
+		if c.attempts > 1 {
+			o.watch, o.base = watchConns(o.base)
+		}
+		if o.base.GetBody != nil {
+			o.base = withoutGetBody(o.base, o.base != req)
+		}
+		o.body.NoGetBody = true
+	}
+	r := o.base
+	if o.body.First != nil {
+		r = o.body.FirstRequest(o.base)
+	}
+	r, err := reqbody.Check(r, r != req)
+	if err != nil {
+		reqbody.CloseBody(req)
+		o.body.Finish()
+	}
+	return r, err
+}
+
+// send makes one attempt, r, and tells the hooks.
+func (o *retryRun) send(r *http.Request) (*http.Response, error) {
+	c := o.c
+	o.start = time.Time{}
+	if c.onAttempt != nil || o.n > 1 {
+		o.start = time.Now()
+	}
+	if o.watch != nil {
+		o.watch.reset()
+	}
+	resp, err := o.t.next.RoundTrip(r)
+	if resp == nil && err == nil { // a broken RoundTripper beneath: say so, as http.Client does
+		err = errNilResponse
+	}
+	answered(resp, r)
+	if c.onAttempt != nil && !concurrencyRefused(err) { // a request refused for the limit is no attempt
+		c.onAttempt(attemptEvent(o.req, o.n, resp, err, time.Since(o.start)))
+	}
+	return resp, err
+}
+
+// decide asks [policy.Retry.Next] what follows attempt r's outcome.
+func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (policy.Step, time.Time) {
+	c := o.c
+	var problem *policy.Problem
+	if err == nil && o.ctx.Err() == nil {
+		problem = readProblem(resp, c.probLimit, idleCut(o.ctx))
+	}
+	now := time.Now()
+	o.fastest = fastestAnswer(o.ctx, o.fastest, o.start, now, err)
 	s := policy.State{
 		Outcome: policy.Outcome{
-			Request:  r,
-			Response: resp,
-			Err:      err,
-			Problem:  problem,
-			Attempt:  1,
-			Keyed:    policy.HasKey(req, c.keyHeader),
-			Now:      time.Now(),
+			Request:      r,
+			Response:     resp,
+			Err:          err,
+			Problem:      problem,
+			Attempt:      o.n,
+			Keyed:        policy.HasKey(o.req, c.keyHeader),
+			NotConnected: o.watch != nil && err != nil && o.watch.notConnected(),
+			Now:          now,
 		},
-		SafeToResend: policy.SafeToResend(req, c.keyHeader),
-		Done:         context.Cause(ctx),
+		SafeToResend: o.safe,
+		Replayable:   o.body.Replayable(),
+		PrevWait:     o.prev,
+		Done:         context.Cause(o.ctx),
+		FreeResends:  o.free,
+		Fastest:      o.fastest,
 	}
-	return c.p.Next(s)
+	if dl, ok := deadlineOf(o.ctx); ok {
+		s.Deadline = dl
+	}
+	op := o.op
+	s.Refused = func(at time.Time) error { return op.refusedAt(r, at) }
+	if c.budget != nil {
+		u := o.req.URL
+		s.Budget = func() bool { return c.budget.retry(u, timecut.Of(now)) }
+	}
+	return c.p.Next(s), now
 }
 
-// stackOf returns the stack of req's operation and req with it, with
-// the operation's record when t made both: when no layer above carries a
-// stack, the layers beneath meet in t.own.
-func (t *retrier) stackOf(req *http.Request) (*stack, *http.Request, *opRecord) {
-	if st := stackOf(req.Context()); st != nil {
-		return st, req, nil
+// again returns the request of a free resend, nil when its body cannot
+// be had again.
+func (o *retryRun) again(resp *http.Response) *http.Request {
+	r, err := attemptRequest(&o.body, o.base, o.n)
+	if err != nil {
+		return nil
 	}
-	var rec *opRecord
-	base := record(&rec, req, &t.own)
-	return &t.own, base, rec
+	if r, err = reqbody.Check(r, true); err != nil {
+		reqbody.CloseBody(r)
+		return nil
+	}
+	if resp != nil && resp.Body != nil { // a response and an error both: a broken RoundTripper
+		resp.Body.Close()
+	}
+	o.free++
+	return r
+}
+
+// wait carries out a step that retries: it makes the next attempt's
+// request, drains the failed response and waits. When it returns no
+// request, the operation ends with what it returns.
+func (o *retryRun) wait(step policy.Step, now time.Time, resp *http.Response, err error) (*http.Request, *http.Response, error) {
+	t, c := o.t, o.c
+	next, gerr := attemptRequest(&o.body, o.base, o.n+1)
+	if gerr != nil { // GetBody failed: no further attempt can be made
+		resp, err = t.end(o.op, o.req, o.n, o.waited, resp, err, policy.Step{Reason: policy.ReasonBodyNotReplayable, Decision: policy.Decision{Reason: "GetBody: " + gerr.Error()}})
+		return nil, resp, err
+	}
+	if c.onRetry != nil {
+		e := policy.RetryEvent{Request: o.req, Attempt: o.n + 1, Wait: step.Wait, Reason: step.Decision.Reason, Status: status(resp), Err: err}
+		if step.Decision.HasRetryAfter {
+			e.RetryAfter = step.Decision.RetryAfter
+		}
+		c.onRetry(e)
+	}
+	if resp != nil {
+		drain(watchIdle(resp.Body, idleCut(o.ctx)))
+	}
+	// The wait runs from the decision, which found that it ends inside
+	// the deadline: the time spent since (draining a slow error body,
+	// the hook) is part of it, not added to it.
+	if serr := sleep(o.ctx, step.Wait-time.Since(now)); serr != nil {
+		reqbody.CloseBody(next)
+		reason := policy.ReasonDeadline
+		if errors.Is(serr, context.Canceled) {
+			reason = policy.ReasonCanceled
+		}
+		resp, err := t.end(o.op, o.req, o.n, o.waited+time.Since(now), nil, serr, policy.Step{Reason: reason})
+		return nil, resp, err
+	}
+	o.waited += time.Since(now)
+	r, cerr := reqbody.Check(next, true)
+	if cerr != nil {
+		reqbody.CloseBody(next)
+		resp, err := t.end(o.op, o.req, o.n, o.waited, nil, cerr, policy.Step{Reason: policy.ReasonCallerError})
+		return nil, resp, err
+	}
+	return r, nil, nil
 }
 
 // end ends an operation after n attempts (the last refused unsent, when
 // its error is a layer's refusal) as step says: it records the outcome in
-// the operation's record rec, for [OperationOf], and hands it to giveUp.
-func (t *retrier) end(rec *opRecord, req *http.Request, n int, waited time.Duration, resp *http.Response, err error, step policy.Step) (*http.Response, error) {
+// the operation, for [OperationOf], and hands it to giveUp.
+func (t *retrier) end(op *operation, req *http.Request, n int, waited time.Duration, resp *http.Response, err error, step policy.Step) (*http.Response, error) {
 	if refusal, ok := policy.RefusedBy(err); ok {
 		n, step.Reason = n-1, refusal // refused unsent: not an attempt
 	} else if step.Reason == policy.ReasonCallerError {
 		n = 0 // nothing could be sent
 	}
 	ok := resp != nil && resp.StatusCode < 400 // as judged: a stream that failed before its first event is not
-	resp, err = t.giveUp(req, n, resp, err, step)
-	switch {
-	case resp == nil || resp.Request == nil:
-	case rec == nil:
-		// The first attempt's response: its request gets the record.
-		resp.Request = record(&rec, resp.Request, nil)
-	case opRecordOf(resp.Request.Context()) != rec:
-		// A response of an attempt made before the record was (the
-		// operation ended as the retry's body was made): its request
-		// carries the record too, so that OperationOf finds it.
-		resp.Request = resp.Request.WithContext(&recordRef{Context: resp.Request.Context(), rec: rec})
+	op.attempts, op.reason, op.waited = n, step.Reason, waited
+	if ok {
+		op.reason = ""
 	}
-	if rec != nil {
-		rec.attempts, rec.reason, rec.waited = n, step.Reason, waited
-		if ok {
-			rec.reason = ""
-		}
+	resp, err = t.giveUp(req, n, resp, err, step)
+	if resp != nil && resp.Request != nil && opOf(resp.Request.Context()) != op {
+		// A RoundTripper beneath answered with a request of its own: it
+		// carries the operation too, so that OperationOf finds it.
+		resp.Request = resp.Request.WithContext(withScope(resp.Request.Context(), func(s *scope) { s.op = op }))
 	}
 	return resp, err
 }
@@ -506,98 +476,28 @@ func withoutGetBody(r *http.Request, own bool) *http.Request {
 	return r
 }
 
-// maxFreeResends bounds the free resends of one operation (see
-// freeResend): a server that refuses every stream is not asked forever,
-// and its outcome then goes to the policy like any other.
-const maxFreeResends = 3
-
-// freeResend returns the request to send again at once, as the same
-// attempt, after err: nil unless err proves that the server did not
-// process the request ([policy.NotProcessed]) and body can be given
-// again. net/http would have made this replay itself, had the attempt
-// carried GetBody: it returns such an error only when it made none, so
-// the request goes again once, never twice. base is what the attempt
-// copies; n is its number.
-func freeResend(ctx context.Context, body *replay, base *http.Request, n int, err error) *http.Request {
-	if ctx.Err() != nil {
-		return nil
-	}
-	if _, ok := policy.NotProcessed(err); !ok {
-		return nil
-	}
-	if !body.none && body.get == nil {
-		return nil
-	}
-	r, gerr := body.request(base, n)
-	if gerr != nil {
-		return nil
-	}
-	checked, gerr := checkBody(r, true)
-	if gerr != nil {
-		closeBody(r)
-		return nil
-	}
-	return checked
-}
-
-// closeBody closes r's body, as a RoundTripper must even when it sends
-// nothing.
-func closeBody(r *http.Request) {
-	if r.Body != nil {
-		r.Body.Close()
-	}
+// attemptRequest makes attempt n's request: a copy of base whose context
+// says which attempt it is, with a fresh body.
+func attemptRequest(b *reqbody.Replay, base *http.Request, n int) (*http.Request, error) {
+	return b.Request(base.WithContext(withScope(base.Context(), func(s *scope) { s.attempt = n })))
 }
 
 // connWatch learns, through net/http/httptrace, whether an attempt got a
-// connection: one that did not cannot have reached the server. It is the
-// context of the request that it watches, and holds that request: one
-// allocation for the watch, the trace and the request copy, where
-// httptrace.WithClientTrace and Request.WithContext would make three.
+// connection: one that did not cannot have reached the server.
 type connWatch struct {
-	context.Context
 	asked atomic.Bool // GetConn: the transport reports its connections
 	got   atomic.Bool // GotConn
 	trace httptrace.ClientTrace
-	req   http.Request
 }
-
-// clientTraceKey is the key with which httptrace.ContextClientTrace asks
-// a context for its trace: unexported, it is learned once by watching
-// what ContextClientTrace asks for.
-var clientTraceKey = func() any {
-	p := &keyProbe{Context: context.Background()}
-	httptrace.ContextClientTrace(p)
-	return p.key
-}()
 
 // watchConns returns a copy of req whose context reports its attempts'
-// connections to the returned watch.
+// connections to the returned watch. A trace of the caller's is
+// composed with it by httptrace.
 func watchConns(req *http.Request) (*connWatch, *http.Request) {
-	parent := req.Context()
-	w := &connWatch{Context: parent}
+	w := &connWatch{}
 	w.trace.GetConn = func(string) { w.asked.Store(true) }
 	w.trace.GotConn = func(httptrace.GotConnInfo) { w.got.Store(true) }
-	if clientTraceKey == nil || httptrace.ContextClientTrace(parent) != nil {
-		// The caller traces its requests too: httptrace composes the two
-		// traces, and carries the caller's network hooks.
-		w.Context = httptrace.WithClientTrace(parent, &w.trace)
-	}
-	w.req = *req.WithContext(w)
-	return w, &w.req
-}
-
-// AfterFunc arranges for f to run once the watched context is done: it
-// is the parent's, so that net/http, which derives a context of its own
-// from each request's, follows a bound's through its AfterFunc instead of
-// on a goroutine.
-func (w *connWatch) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(w.Context, f) }
-
-// Value answers httptrace's key with the watch's trace.
-func (w *connWatch) Value(key any) any {
-	if key == clientTraceKey && key != nil {
-		return &w.trace
-	}
-	return w.Context.Value(key)
+	return w, req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace))
 }
 
 // reset forgets the last attempt's connection.
@@ -652,7 +552,7 @@ func drain(body io.ReadCloser) {
 // readProblem reads up to limit bytes of an RFC 9457 problem body and
 // parses them. The body is put back so the caller reads it whole; with
 // idleCut, it is read, here and after, with that stall cut.
-func readProblem(resp *http.Response, limit int64, idleCut *bound) *policy.Problem {
+func readProblem(resp *http.Response, limit int64, idleCut *timecut.Watch) *policy.Problem {
 	if limit < 0 || resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}

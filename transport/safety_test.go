@@ -320,7 +320,9 @@ func (r *failingReader) Read(p []byte) (int, error) {
 // fail at once and none reaches the server; then bodies whose reader
 // fails or whose length turns out wrong as it is sent (net/http sends the
 // headers of a body it cannot tell is in memory before reading it, and
-// Retry never reads a body ahead of the wire); then a healthy GET to the same host
+// Retry never reads a body ahead of the wire; a body longer than declared
+// may be answered before the surplus is found, for a bare client too:
+// about one in fifteen on loopback); then a healthy GET to the same host
 // succeeds, through the default stack on loopback, whose breaker would
 // open after 5 failures in a row.
 func TestBadRequestsDoNotCountAgainstTheHost(t *testing.T) {
@@ -332,66 +334,65 @@ func TestBadRequestsDoNotCountAgainstTheHost(t *testing.T) {
 		OnAttempt: func(policy.AttemptEvent) { attempts.Add(1) },
 		OnRetry:   func(policy.RetryEvent) { retries.Add(1) },
 	}})
-	bad := []struct {
+	type badRequest struct {
 		name string
 		make func() *http.Request
-	}{
+		// served: the server may get the whole declared body before the
+		// surplus is found, and answer, as it does for a bare client.
+		served bool
+	}
+	bad := []badRequest{
 		{"ContentLength longer than the body", func() *http.Request {
 			r, _ := http.NewRequest("PUT", srv.URL+"/a", strings.NewReader("abc"))
 			r.ContentLength = 10
 			return r
-		}},
+		}, false},
 		{"ContentLength shorter than the body", func() *http.Request {
 			r, _ := http.NewRequest("PUT", srv.URL+"/a", strings.NewReader("abcdef"))
 			r.ContentLength = 2
 			return r
-		}},
+		}, false},
 		{"ContentLength with no body", func() *http.Request {
 			r, _ := http.NewRequest("PUT", srv.URL+"/a", nil)
 			r.ContentLength = 5
 			return r
-		}},
+		}, false},
 	}
-	failing := []struct {
-		name string
-		make func() *http.Request
-	}{
+	failing := []badRequest{
 		{"body reader fails (GetBody)", func() *http.Request {
 			r, _ := http.NewRequest("PUT", srv.URL+"/a", nil)
 			r.Body = io.NopCloser(&failingReader{n: 10})
 			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(&failingReader{n: 10}), nil }
 			r.ContentLength = 100
 			return r
-		}},
+		}, false},
 		{"body reader fails (buffered)", func() *http.Request {
 			r, _ := http.NewRequest("PUT", srv.URL+"/a", onlyReader{&failingReader{n: 10}})
 			return r
-		}},
+		}, false},
 		// A bare reader's length is learned as it is sent (its bytes are
 		// never read ahead), so these reach the server too.
 		{"ContentLength longer than a bare reader's body", func() *http.Request {
 			r, _ := http.NewRequest("PUT", srv.URL+"/a", onlyReader{strings.NewReader("abc")})
 			r.ContentLength = 4
 			return r
-		}},
+		}, false},
 		{"ContentLength shorter than a bare reader's body", func() *http.Request {
 			r, _ := http.NewRequest("PUT", srv.URL+"/a", onlyReader{strings.NewReader("abcdef")})
 			r.ContentLength = 5
 			return r
-		}},
+		}, true},
 	}
-	try := func(tt struct {
-		name string
-		make func() *http.Request
-	}) {
+	try := func(tt badRequest) {
 		t.Helper()
 		before := attempts.Load()
 		resp, err := c.Do(tt.make())
-		if err == nil {
+		if err == nil && tt.served {
+			readAll(t, resp)
+		} else if err == nil {
 			readAll(t, resp)
 			t.Fatalf("%s: got status %d, want an error", tt.name, resp.StatusCode)
-		}
-		if !errors.Is(err, policy.ErrInvalidRequest) {
+		} else if !errors.Is(err, policy.ErrInvalidRequest) {
 			t.Errorf("%s: err = %v, want one that matches policy.ErrInvalidRequest", tt.name, err)
 		}
 		if n := attempts.Load() - before; n > 1 {

@@ -93,105 +93,132 @@ func SlogHooks(l *slog.Logger) Hooks {
 	if l == nil {
 		l = slog.Default()
 	}
-	// on returns the context to log an event of r at level with, and
-	// whether l logs it: an event's attributes are built only then.
-	on := func(level slog.Level, r *http.Request) (context.Context, bool) {
-		ctx := context.Background()
-		if r != nil {
-			ctx = r.Context()
-		}
-		return ctx, l.Enabled(ctx, level)
-	}
-	log := func(ctx context.Context, level slog.Level, msg string, r *http.Request, attrs ...slog.Attr) {
-		if r != nil {
-			attrs = append(attrs, slog.String(attrMethod, r.Method))
-			if r.URL != nil {
-				attrs = append(attrs, slog.String(attrServer, r.URL.Host), slog.String(attrPath, r.URL.Path))
-			}
-		}
-		l.LogAttrs(ctx, level, msg, attrs...)
-	}
-	outcome := func(status int, err error) slog.Attr {
-		if err != nil {
-			return slog.String(attrError, err.Error())
-		}
-		return slog.Int(attrStatus, status)
-	}
+	s := slogHooks{l}
 	return Hooks{
-		OnAttempt: func(e policy.AttemptEvent) {
-			if ctx, ok := on(slog.LevelDebug, e.Request); ok {
-				log(ctx, slog.LevelDebug, msgAttempt, e.Request, slog.Int(attrAttempt, e.Attempt), outcome(e.Status, e.Err), slog.Duration(attrDuration, e.Duration))
-			}
-		},
-		OnRetry: func(e policy.RetryEvent) {
-			if ctx, ok := on(slog.LevelInfo, e.Request); ok {
-				log(ctx, slog.LevelInfo, msgRetry, e.Request, slog.Int(attrAttempt, e.Attempt), slog.Duration(attrWait, e.Wait), slog.String(attrReason, string(e.Reason)), outcome(e.Status, e.Err))
-			}
-		},
-		OnGiveUp: func(e policy.GiveUpEvent) {
-			if ctx, ok := on(slog.LevelWarn, e.Request); ok {
-				log(ctx, slog.LevelWarn, msgGiveUp, e.Request, slog.Int(attrAttempts, e.Attempts), slog.String(attrReason, string(e.Reason)), outcome(e.Status, e.Err))
-			}
-		},
-		OnBreakerStateChange: func(key string, from, to BreakerState) {
-			level := slog.LevelInfo
-			if to == BreakerOpen {
-				level = slog.LevelWarn
-			}
-			if ctx, ok := on(level, nil); ok {
-				log(ctx, level, msgBreaker, nil, slog.String(attrKey, key), slog.String(attrFrom, from.String()), slog.String(attrTo, to.String()))
-			}
-		},
-		OnRateLimitWait: func(e ratelimit.WaitEvent) {
-			if ctx, ok := on(slog.LevelInfo, e.Request); ok {
-				log(ctx, slog.LevelInfo, msgRateLimitWait, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
-			}
-		},
-		OnRateLimitReject: func(e ratelimit.RejectEvent) {
-			if ctx, ok := on(slog.LevelWarn, e.Request); ok {
-				log(ctx, slog.LevelWarn, msgRateLimitReject, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
-			}
-		},
-		OnHedge: func(e policy.HedgeEvent) {
-			if ctx, ok := on(slog.LevelInfo, e.Request); ok {
-				log(ctx, slog.LevelInfo, msgHedge, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
-			}
-		},
-		OnHedgeWon: func(e policy.HedgeEvent) {
-			if ctx, ok := on(slog.LevelInfo, e.Request); ok {
-				log(ctx, slog.LevelInfo, msgHedgeWon, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed), slog.Int(attrStatus, e.Status))
-			}
-		},
-		OnCopyCanceled: func(e policy.HedgeEvent) {
-			if ctx, ok := on(slog.LevelDebug, e.Request); ok {
-				log(ctx, slog.LevelDebug, msgCopyCanceled, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
-			}
-		},
-		OnConcurrencyChange: func(e ConcurrencyEvent) {
-			if ctx, ok := on(slog.LevelDebug, nil); ok {
-				log(ctx, slog.LevelDebug, msgConcLimit, nil, slog.String(attrKey, e.Host), slog.Int(attrLimFrom, e.From), slog.Int(attrLimit, e.Limit), slog.Int(attrInFlight, e.InFlight))
-			}
-		},
-		OnConcurrencyRefuse: func(e ConcurrencyEvent) {
-			if ctx, ok := on(slog.LevelWarn, e.Request); ok {
-				log(ctx, slog.LevelWarn, msgConcRefuse, e.Request, slog.String(attrKey, e.Host), slog.Int(attrLimit, e.Limit), slog.Int(attrInFlight, e.InFlight), slog.Duration(attrWait, e.Waited))
-			}
-		},
-		OnThrottle: func(e ThrottleEvent) {
-			if ctx, ok := on(slog.LevelWarn, e.Request); ok {
-				log(ctx, slog.LevelWarn, msgThrottle, e.Request, slog.String(attrKey, e.Host), slog.Float64(attrProb, e.Probability))
-			}
-		},
-		OnEject: func(e EjectionEvent) {
-			if ctx, ok := on(slog.LevelWarn, nil); ok {
-				log(ctx, slog.LevelWarn, msgEject, nil, slog.String(attrKey, e.Host), slog.String(attrPeer, e.Address),
-					slog.Int(attrFailures, e.Failures), slog.Int(attrEjected, e.Ejections), slog.Duration(attrEjection, e.Duration))
-			}
-		},
-		OnFailover: func(e FailoverEvent) {
-			if ctx, ok := on(slog.LevelInfo, e.Request); ok {
-				log(ctx, slog.LevelInfo, msgFailover, e.Request, slog.String(attrKey, e.From), slog.String(attrOrigin, e.To), slog.String(attrReason, e.Reason))
-			}
-		},
+		OnAttempt: s.attempt, OnRetry: s.retry, OnGiveUp: s.giveUp,
+		OnBreakerStateChange: s.breaker,
+		OnRateLimitWait:      s.rateLimitWait, OnRateLimitReject: s.rateLimitReject,
+		OnHedge: s.hedge, OnHedgeWon: s.hedgeWon, OnCopyCanceled: s.copyCanceled,
+		OnThrottle: s.throttle, OnEject: s.eject, OnFailover: s.failover,
+		OnConcurrencyChange: s.concurrencyChange, OnConcurrencyRefuse: s.concurrencyRefuse,
+	}
+}
+
+// slogHooks are the hooks of SlogHooks, on one logger.
+type slogHooks struct{ l *slog.Logger }
+
+// on returns the context to log an event of r at level with, and
+// whether the logger logs it: an event's attributes are built only then.
+func (s slogHooks) on(level slog.Level, r *http.Request) (context.Context, bool) {
+	ctx := context.Background()
+	if r != nil {
+		ctx = r.Context()
+	}
+	return ctx, s.l.Enabled(ctx, level)
+}
+
+func (s slogHooks) log(ctx context.Context, level slog.Level, msg string, r *http.Request, attrs ...slog.Attr) {
+	if r != nil {
+		attrs = append(attrs, slog.String(attrMethod, r.Method))
+		if r.URL != nil {
+			attrs = append(attrs, slog.String(attrServer, r.URL.Host), slog.String(attrPath, r.URL.Path))
+		}
+	}
+	s.l.LogAttrs(ctx, level, msg, attrs...)
+}
+
+func outcomeAttr(status int, err error) slog.Attr {
+	if err != nil {
+		return slog.String(attrError, err.Error())
+	}
+	return slog.Int(attrStatus, status)
+}
+
+func (s slogHooks) attempt(e policy.AttemptEvent) {
+	if ctx, ok := s.on(slog.LevelDebug, e.Request); ok {
+		s.log(ctx, slog.LevelDebug, msgAttempt, e.Request, slog.Int(attrAttempt, e.Attempt), outcomeAttr(e.Status, e.Err), slog.Duration(attrDuration, e.Duration))
+	}
+}
+
+func (s slogHooks) retry(e policy.RetryEvent) {
+	if ctx, ok := s.on(slog.LevelInfo, e.Request); ok {
+		s.log(ctx, slog.LevelInfo, msgRetry, e.Request, slog.Int(attrAttempt, e.Attempt), slog.Duration(attrWait, e.Wait), slog.String(attrReason, string(e.Reason)), outcomeAttr(e.Status, e.Err))
+	}
+}
+
+func (s slogHooks) giveUp(e policy.GiveUpEvent) {
+	if ctx, ok := s.on(slog.LevelWarn, e.Request); ok {
+		s.log(ctx, slog.LevelWarn, msgGiveUp, e.Request, slog.Int(attrAttempts, e.Attempts), slog.String(attrReason, string(e.Reason)), outcomeAttr(e.Status, e.Err))
+	}
+}
+
+func (s slogHooks) breaker(key string, from, to BreakerState) {
+	level := slog.LevelInfo
+	if to == BreakerOpen {
+		level = slog.LevelWarn
+	}
+	if ctx, ok := s.on(level, nil); ok {
+		s.log(ctx, level, msgBreaker, nil, slog.String(attrKey, key), slog.String(attrFrom, from.String()), slog.String(attrTo, to.String()))
+	}
+}
+
+func (s slogHooks) rateLimitWait(e ratelimit.WaitEvent) {
+	if ctx, ok := s.on(slog.LevelInfo, e.Request); ok {
+		s.log(ctx, slog.LevelInfo, msgRateLimitWait, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
+	}
+}
+
+func (s slogHooks) rateLimitReject(e ratelimit.RejectEvent) {
+	if ctx, ok := s.on(slog.LevelWarn, e.Request); ok {
+		s.log(ctx, slog.LevelWarn, msgRateLimitReject, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
+	}
+}
+
+func (s slogHooks) hedge(e policy.HedgeEvent) {
+	if ctx, ok := s.on(slog.LevelInfo, e.Request); ok {
+		s.log(ctx, slog.LevelInfo, msgHedge, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
+	}
+}
+
+func (s slogHooks) hedgeWon(e policy.HedgeEvent) {
+	if ctx, ok := s.on(slog.LevelInfo, e.Request); ok {
+		s.log(ctx, slog.LevelInfo, msgHedgeWon, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed), slog.Int(attrStatus, e.Status))
+	}
+}
+
+func (s slogHooks) copyCanceled(e policy.HedgeEvent) {
+	if ctx, ok := s.on(slog.LevelDebug, e.Request); ok {
+		s.log(ctx, slog.LevelDebug, msgCopyCanceled, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
+	}
+}
+
+func (s slogHooks) throttle(e ThrottleEvent) {
+	if ctx, ok := s.on(slog.LevelWarn, e.Request); ok {
+		s.log(ctx, slog.LevelWarn, msgThrottle, e.Request, slog.String(attrKey, e.Host), slog.Float64(attrProb, e.Probability))
+	}
+}
+
+func (s slogHooks) eject(e EjectionEvent) {
+	if ctx, ok := s.on(slog.LevelWarn, nil); ok {
+		s.log(ctx, slog.LevelWarn, msgEject, nil, slog.String(attrKey, e.Host), slog.String(attrPeer, e.Address),
+			slog.Int(attrFailures, e.Failures), slog.Int(attrEjected, e.Ejections), slog.Duration(attrEjection, e.Duration))
+	}
+}
+
+func (s slogHooks) failover(e FailoverEvent) {
+	if ctx, ok := s.on(slog.LevelInfo, e.Request); ok {
+		s.log(ctx, slog.LevelInfo, msgFailover, e.Request, slog.String(attrKey, e.From), slog.String(attrOrigin, e.To), slog.String(attrReason, e.Reason))
+	}
+}
+
+func (s slogHooks) concurrencyChange(e ConcurrencyEvent) {
+	if ctx, ok := s.on(slog.LevelDebug, nil); ok {
+		s.log(ctx, slog.LevelDebug, msgConcLimit, nil, slog.String(attrKey, e.Host), slog.Int(attrLimFrom, e.From), slog.Int(attrLimit, e.Limit), slog.Int(attrInFlight, e.InFlight))
+	}
+}
+
+func (s slogHooks) concurrencyRefuse(e ConcurrencyEvent) {
+	if ctx, ok := s.on(slog.LevelWarn, e.Request); ok {
+		s.log(ctx, slog.LevelWarn, msgConcRefuse, e.Request, slog.String(attrKey, e.Host), slog.Int(attrLimit, e.Limit), slog.Int(attrInFlight, e.InFlight), slog.Duration(attrWait, e.Waited))
 	}
 }

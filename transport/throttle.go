@@ -3,9 +3,9 @@ package transport
 import (
 	"context"
 	"errors"
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/policy"
@@ -81,7 +81,6 @@ type throttler struct {
 	next     http.RoundTripper
 	t        *policy.Throttle
 	onReject func(ThrottleEvent)
-	own      stack // the stack beneath, when no layer above carries one
 }
 
 func (t *throttler) CloseIdleConnections() { closeIdle(t.next) }
@@ -90,7 +89,7 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil {
 		return t.next.RoundTrip(req)
 	}
-	req, err := checkCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
+	req, err := reqbody.CheckCaller(req, false) // even beneath a Retry: see breakerTransport.RoundTrip
 	if err != nil {
 		return nil, err // the caller's error counts neither way
 	}
@@ -112,56 +111,17 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// throttleOp is what a Throttle allocates per request, in one piece: the
-// context that marks the request and the request copy that carries it.
-type throttleOp struct {
-	ctx throttleCtx
-	req http.Request
-}
-
-// throttleCtx marks a request that passed a Throttle, so that a Breaker
-// beneath leaves the answers of an overloaded server (503, 529) to it. A
-// mark on the request, not on the stack: a Breaker that some requests
-// reach by another way (a router above it) still counts theirs. It also
-// carries the stack beneath when no layer above carries one.
-type throttleCtx struct {
-	context.Context
-	s        *stack                   // nil when a layer above carries the stack
-	breakers atomic.Pointer[Breakers] // the Breakers that judged the operation's last attempt, while s is set
-}
-
-type throttledKey struct{}
-
-func (c *throttleCtx) Value(key any) any {
-	switch key {
-	case throttledKey{}:
-		return true
-	case stackKey{}:
-		if c.s != nil {
-			return c.s
-		}
-	case opBreakersKey{}:
-		if c.s != nil {
-			return &c.breakers
-		}
-	}
-	return c.Context.Value(key)
-}
-
-// mark returns a copy of req marked as passed by t, carrying t's stack
-// when no layer above carries one.
+// mark returns a copy of req marked as passed by a Throttle, so that a
+// Breaker beneath leaves the answers of an overloaded server (503, 529)
+// to it. A mark on the request, not on the layer: a Breaker that some
+// requests reach by another way (a router above it) still counts theirs.
 func (t *throttler) mark(req *http.Request) *http.Request {
-	op := &throttleOp{}
-	op.ctx.Context = req.Context()
-	if stackOf(op.ctx.Context) == nil {
-		op.ctx.s = &t.own
-	}
-	op.req = *req.WithContext(&op.ctx)
-	return &op.req
+	return req.WithContext(withScope(req.Context(), func(s *scope) { s.throttled = true }))
 }
 
 // throttledAbove reports whether a Throttle above marked the request
 // whose context is ctx.
 func throttledAbove(ctx context.Context) bool {
-	return ctx.Value(throttledKey{}) != nil
+	s := scopeOf(ctx)
+	return s != nil && s.throttled
 }

@@ -1,0 +1,136 @@
+package ratelimit
+
+import (
+	"time"
+
+	"github.com/sturdyhttp/sturdy/policy"
+)
+
+// This file holds the pause rule: a host's pause (setPause), what asked
+// for it (pauseCause), the pause after a 429 that named no wait
+// (barePause), whether the host refuses only the excess (excessOnly),
+// and how the requests a pause held are let go (releaseSlot).
+
+// pauseCause is what asked for a host's pause, for the error of a
+// request it refuses.
+type pauseCause struct {
+	status     int           // the response's status; 0 for Tracker.Pause
+	retryAfter time.Duration // what its Retry-After asked; 0 when it named no wait
+	asked      time.Time     // the end the server asked for, when later than the pause's
+}
+
+// spread releases the requests held by a pause gradually: at most one per
+// interval from the pause's end, never later than end, which is fixed
+// when the pause ends. Requests that come after end go at once.
+type spread struct {
+	of       time.Time // the end of the pause it releases
+	end      time.Time
+	next     time.Time
+	interval time.Duration
+}
+
+// releaseSlot returns the time a request may go in the spread that
+// follows the last pause, and false when there is no spread to join.
+func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.Time, bool) {
+	if h.pause.IsZero() {
+		return time.Time{}, false
+	}
+	if !h.release.of.Equal(h.pause) {
+		if !waited && now.Sub(h.pause) > maxOwnWait {
+			return time.Time{}, false // a pause long over: nothing to spread
+		}
+		// The pause has just ended: fix the spread once, sized for the
+		// requests it held.
+		// The sleepers, and the requests told to pause or the one
+		// asking: these are often one, the retry of a request told to
+		// pause, which would otherwise be counted twice and make the
+		// next request wait a slot for nobody.
+		n := int(h.waiters.Load()) + max(h.held, 1)
+		d := time.Duration(float64(n) / h.releaseRate(set) * float64(time.Second))
+		d = min(d, maxOwnWait)
+		h.release = spread{of: h.pause, end: h.pause.Add(d), next: h.pause, interval: d / time.Duration(n)}
+	}
+	s := &h.release
+	if !now.Before(s.end) || !s.next.Before(s.end) {
+		return time.Time{}, false
+	}
+	slot := s.next
+	if slot.Before(now) {
+		slot = now
+	}
+	s.next = slot.Add(s.interval)
+	return slot, true
+}
+
+// releaseRate is the rate at which requests held by a pause are let go:
+// the learned rate, else the quota's own rate when known, else
+// DefaultReleaseRate.
+func (h *hostState) releaseRate(set quotaSet) float64 {
+	if h.thr.rate > 0 {
+		return h.thr.rate
+	}
+	best := -1.0
+	for i := range h.quotas[:h.nq] {
+		q := &h.quotas[i]
+		if set&(1<<i) != 0 && q.limit > 0 && q.window > 0 && !q.tokens() {
+			if r := float64(q.limit) / q.window.Seconds(); best < 0 || r < best {
+				best = r
+			}
+		}
+	}
+	if best > 0 {
+		return best
+	}
+	return float64(DefaultReleaseRate)
+}
+
+// barePause is the last pause after a 429 that named no wait.
+type barePause struct {
+	end  time.Time     // its end
+	wait time.Duration // its length
+	ok   bool          // a request let through after it succeeded
+	from time.Time     // when the first 429 of its run came
+}
+
+// excessOnly reports whether the host has shown, within throttleForget,
+// that its 429s with Retry-After refuse only the requests beyond its
+// rate: it accepted a request let through after one it refused.
+func (h *hostState) excessOnly(now time.Time) bool {
+	return !h.excess.IsZero() && now.Sub(h.excess) < throttleForget
+}
+
+// excessCutsInRow is how many 429s with Retry-After in a row, each of a
+// request let through after the last cut, a host that refuses only the
+// excess may answer before its Retry-After pauses the host again.
+const excessCutsInRow = 2
+
+// setPause holds every request until until, or for maxPause when that
+// is sooner; a pause never shortens one in force. status is that of the
+// response that asked (0 for none), and asked whether its Retry-After
+// did. h.mu is held.
+func (h *hostState) setPause(now, until time.Time, status int, asked bool) {
+	if !now.Before(h.pause) {
+		h.held = 0 // a new pause
+	}
+	c := pauseCause{status: status}
+	if asked {
+		c.retryAfter = until.Sub(now)
+	}
+	if held := holdUntil(now, until, h.maxPause); until.After(held) {
+		c.asked, until = until, held
+	}
+	if until.After(h.pause) {
+		h.pause, h.cause = until, c
+	} else if c.asked.After(h.cause.asked) {
+		h.cause.asked = c.asked // the server asks for longer still
+	}
+	h.thr.pace.restart(h.pause)
+	h.thr.resumed = h.pause
+}
+
+// holdUntil returns until when an ask that ends at until holds its host
+// at now: the one rule for a server-asked wait, policy.ServerWait, with
+// maxPause (Options.MaxPause, resolved) as its MaxHold.
+func holdUntil(now, until time.Time, maxPause time.Duration) time.Time {
+	return now.Add(policy.ServerWait{MaxHold: maxPause}.Hold(until.Sub(now)))
+}
