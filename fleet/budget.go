@@ -59,6 +59,7 @@ func (f *Fleet) Budgets() BudgetStore { return BudgetStore{f} }
 type budgetView struct {
 	pending atomic.Int64 // operations not yet sent to Redis
 	wanted  atomic.Int64 // retries asked for since the last refresh
+	ruled   atomic.Bool  // rule is set
 
 	mu      sync.Mutex
 	rule    policy.BudgetRule // the rule of the last retry asked for
@@ -122,7 +123,7 @@ return {g, ops, rets}`
 var budgetLeaseScript = rueidis.NewLuaScript(budgetLease)
 
 // Request implements [policy.BudgetStore].
-func (s BudgetStore) Request(key string, now time.Time) {
+func (s BudgetStore) Request(key string, now time.Time, rule policy.BudgetRule) {
 	f := s.f
 	hv := f.view(key)
 	if hv == nil {
@@ -131,8 +132,18 @@ func (s BudgetStore) Request(key string, now time.Time) {
 	if !hv.usedBudget.Load() {
 		hv.usedBudget.Store(true)
 	}
+	bv := &hv.budget
+	if !bv.ruled.Load() {
+		// The refresh sends the operations in the rule's buckets: with
+		// none, it would count them in buckets of another width, and
+		// drop the fleet's counts as expired.
+		bv.mu.Lock()
+		bv.rule = rule
+		bv.mu.Unlock()
+		bv.ruled.Store(true)
+	}
 	if !f.isDown(now) { // the fleet's count resumes with Redis
-		hv.budget.pending.Add(1)
+		bv.pending.Add(1)
 	}
 }
 
@@ -150,6 +161,7 @@ func (s BudgetStore) Retry(key string, now time.Time, rule policy.BudgetRule) (a
 	bv.wanted.Add(1)
 	bv.mu.Lock()
 	bv.rule = rule
+	bv.ruled.Store(true)
 	for {
 		t := time.Now()
 		if bv.tokens > 0 && t.Before(bv.expires) {
@@ -281,7 +293,9 @@ func (f *Fleet) budgetSyncCmd(hv *hostView, now time.Time) (cmd rueidis.Complete
 	bv := &hv.budget
 	bv.mu.Lock()
 	defer bv.mu.Unlock()
-	if bv.leasing != nil {
+	if bv.leasing != nil || bv.rule.Window <= 0 {
+		// A lease in flight, or no rule yet to count in (a host whose
+		// view was made by neither Request nor Retry).
 		return cmd, s, false
 	}
 	s = budgetSync{hv: hv}

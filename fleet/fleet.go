@@ -99,6 +99,7 @@ type Fleet struct {
 	errLast map[string]time.Time
 
 	refreshes atomic.Int64 // refreshes completed, for tests
+	downs     atomic.Int64 // times Redis was marked unreachable, for tests
 	done      chan struct{}
 	stopped   chan struct{}
 	closeOnce sync.Once
@@ -355,6 +356,7 @@ func (f *Fleet) refresh() {
 // Redis answers.
 func (f *Fleet) markDown() {
 	f.down.Store(time.Now().Add(f.interval + 2*f.timeout).UnixNano())
+	f.downs.Add(1)
 }
 
 // markUp takes Redis as reachable again.

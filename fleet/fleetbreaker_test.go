@@ -99,29 +99,47 @@ func TestFleetBreakerOneProbe(t *testing.T) {
 	srv := &switchable{}
 	srv.down.Store(true)
 	stacks := newStacks(t, redis, 4, srv, transport.BreakerSettings{ConsecutiveFailures: 3, Cooldown: 300 * time.Millisecond})
+	// The others read the host's state from their next refresh on, and
+	// learn of the opening from the fleet, sending nothing: had they
+	// opened their own breakers, their later openings, published while
+	// the first one is waited out, would hold the fleet open longer.
+	for _, s := range stacks[1:] {
+		s.f.Breakers().Load(host)
+	}
 	for range 3 {
 		get(stacks[0].rt)
 	}
-	for _, s := range stacks {
-		eventually(t, "open everywhere", func() bool {
-			_, err := get(s.rt)
-			return errors.Is(err, transport.ErrCircuitOpen)
-		})
+	c := newClient(t, redis)
+	eventually(t, "open published", func() bool {
+		s, _ := c.Do(context.Background(), c.B().Hget().Key("sturdy:brk:{"+host+"}").Field("s").Build()).ToString()
+		return s == "o"
+	})
+	nextRefresh(t, stacks[0].f)
+	opened := stacks[0].f.Breakers().Load(host)
+	for i, s := range stacks[1:] {
+		nextRefresh(t, s.f)
+		if got := s.f.Breakers().Load(host); got.Version != opened.Version || got.State != transport.BreakerOpen {
+			t.Fatalf("process %d after its refresh: state %+v, want the first's opening %+v", i+1, got, opened)
+		}
 	}
 	// burst has 4 processes × 8 goroutines send requests back to back
-	// for d, and returns how many reached the server, and which
-	// processes got a 200.
-	burst := func(d time.Duration) (int64, [4]bool) {
+	// for d, and returns how many reached the server, which processes
+	// got a 200, and the last error of each.
+	burst := func(d time.Duration) (int64, [4]bool, [4]error) {
 		before := srv.requests.Load()
 		var ok [4]atomic.Bool
+		var last [4]atomic.Pointer[error]
 		var wg sync.WaitGroup
 		end := time.Now().Add(d)
 		for i, s := range stacks {
 			for range 8 {
 				wg.Go(func() {
 					for time.Now().Before(end) {
-						if status, _ := get(s.rt); status == 200 {
+						status, err := get(s.rt)
+						if status == 200 {
 							ok[i].Store(true)
+						} else if err != nil {
+							last[i].Store(&err)
 						}
 					}
 				})
@@ -129,13 +147,22 @@ func TestFleetBreakerOneProbe(t *testing.T) {
 		}
 		wg.Wait()
 		var got [4]bool
+		var errs [4]error
 		for i := range ok {
 			got[i] = ok[i].Load()
+			if e := last[i].Load(); e != nil {
+				errs[i] = *e
+			}
 		}
-		return srv.requests.Load() - before, got
+		return srv.requests.Load() - before, got, errs
 	}
-	// untilHalfOpen waits for the end of the open period the fleet knows.
+	// untilHalfOpen waits for the end of the open period the fleet knows,
+	// once every process has sent the changes it published (a refresh
+	// sends them first) and the first has read them.
 	untilHalfOpen := func() {
+		for _, s := range stacks {
+			nextRefresh(t, s.f)
+		}
 		nextRefresh(t, stacks[0].f)
 		time.Sleep(time.Until(stacks[0].f.Breakers().Load(host).Until) + 5*time.Millisecond)
 	}
@@ -143,15 +170,15 @@ func TestFleetBreakerOneProbe(t *testing.T) {
 	untilHalfOpen()
 	// A failed probe opens the fleet's breakers again for at least
 	// Cooldown/2 (150ms): within 100ms, no second probe.
-	if n, _ := burst(100 * time.Millisecond); n != 1 {
-		t.Errorf("host still down: %d requests reached it in the half-open period, want 1 probe", n)
+	if n, _, errs := burst(100 * time.Millisecond); n != 1 {
+		t.Errorf("host still down: %d requests reached it in the half-open period, want 1 probe; last errors %v", n, errs)
 	}
 
 	srv.down.Store(false)
 	untilHalfOpen()
-	n, ok := burst(time.Second)
+	n, ok, errs := burst(time.Second)
 	if ok != [4]bool{true, true, true, true} {
-		t.Errorf("host back: processes that succeeded again within 1s: %v, want all", ok)
+		t.Errorf("host back: processes that succeeded again within 1s: %v, want all; last errors %v", ok, errs)
 	}
 	t.Logf("host back: %d requests in the second after the half-open period began", n)
 }

@@ -329,6 +329,7 @@ func testFailover(t *testing.T, replicas int, twiceWant bool) {
 		last = 2 * time.Second // what is shown is shown; keys left locked need not wait their TTL
 	}
 	var n, undelivered atomic.Int64
+	var undeliveredKeys sync.Map
 	sem := make(chan struct{}, 8)
 	keys.Range(func(k, v any) bool {
 		n.Add(1)
@@ -337,11 +338,26 @@ func testFailover(t *testing.T, replicas int, twiceWant bool) {
 			defer func() { <-sem }()
 			if !deliver(k.(string), time.Now().Add(last)) {
 				undelivered.Add(1)
+				undeliveredKeys.Store(k, true)
 			}
 		})
 		return true
 	})
 	wg.Wait()
+	if !twiceWant {
+		// What the promoted primary holds of each key never answered:
+		// a lock no one will complete keeps it refused until its TTL.
+		nc := sentinelClient(t, sentinel)
+		undeliveredKeys.Range(func(k, _ any) bool {
+			rec, err := nc.Do(context.Background(), nc.B().Hgetall().Key("sturdy:idem:{"+k.(string)+"}").Build()).AsStrMap()
+			delete(rec, "resp")
+			mu.Lock()
+			ran := runs[k.(string)]
+			mu.Unlock()
+			t.Logf("key %s never answered: its handler ran %d times; the primary holds %v (err %v)", k, ran, rec, err)
+			return true
+		})
+	}
 
 	twice := 0
 	mu.Lock()

@@ -71,8 +71,10 @@ type Budget struct {
 // the Window, and should not wait on its backend for long, since Retry
 // is called before a retry is sent.
 type BudgetStore interface {
-	// Request counts one operation (a first attempt) to host key at now.
-	Request(key string, now time.Time)
+	// Request counts one operation (a first attempt) to host key at now,
+	// under rule: the store counts it in rule's Window, even before any
+	// retry to key is asked for.
+	Request(key string, now time.Time, rule BudgetRule)
 	// Retry reports whether a retry to host key at now fits in rule over
 	// every process's counts, and counts it if so. When the store cannot
 	// tell in time (its backend slow or down) it returns ok false, and
@@ -203,7 +205,7 @@ func keyOf(key string) hosts.Key {
 // in the Store when there is one.
 func (b *Budget) Request(key string, now time.Time) {
 	if b.Store != nil {
-		b.Store.Request(key, now)
+		b.Store.Request(key, now, b.Rule())
 	}
 	b.request(b.hosts().Get(keyOf(key)), now.UnixNano())
 }
@@ -228,7 +230,7 @@ func (b *Budget) Retry(key string, now time.Time) bool {
 // package transport does, counts without building a time.Time.
 func (b *Budget) RequestURL(u *url.URL, unixNano int64) {
 	if b.Store != nil {
-		b.Store.Request(hosts.KeyOf(u).String(), time.Unix(0, unixNano))
+		b.Store.Request(hosts.KeyOf(u).String(), time.Unix(0, unixNano), b.Rule())
 	}
 	b.request(b.hosts().GetURL(u), unixNano)
 }

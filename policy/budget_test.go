@@ -335,10 +335,13 @@ type fakeStore struct {
 	allowed, ok bool
 	requests    []string
 	retries     []string
-	rules       []BudgetRule
+	rules       []BudgetRule // of every call, in order
 }
 
-func (s *fakeStore) Request(key string, now time.Time) { s.requests = append(s.requests, key) }
+func (s *fakeStore) Request(key string, now time.Time, rule BudgetRule) {
+	s.requests = append(s.requests, key)
+	s.rules = append(s.rules, rule)
+}
 
 func (s *fakeStore) Retry(key string, now time.Time, rule BudgetRule) (bool, bool) {
 	s.retries = append(s.retries, key)
@@ -399,8 +402,8 @@ func TestBudgetStore(t *testing.T) {
 			t.Errorf("retries: got %q, want %q", got, want)
 		}
 		want := BudgetRule{Ratio: DefaultBudgetRatio, MinRetries: 3, Window: time.Minute}
-		if got := s.rules[0]; got != want {
-			t.Errorf("rule: got %+v, want %+v", got, want)
+		if got := s.rules; len(got) != 4 || slices.ContainsFunc(got, func(r BudgetRule) bool { return r != want }) {
+			t.Errorf("rules of the requests and retries: got %+v, want 4 times %+v", got, want)
 		}
 	})
 

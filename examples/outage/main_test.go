@@ -19,14 +19,15 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// tiny is a workload small enough for CI: 20 callers, a 0.5 s outage, a
-// server of the program's default capacity.
+// tiny is a workload small enough for CI: 20 callers, a 0.5 s outage on
+// the server's 100 ms bucket grid (as the program requires), a server of
+// the program's default capacity.
 func tiny(mode httptestutil.OutageMode) config {
 	return config{
 		Clients:     20,
 		Instances:   2,
 		Run:         time.Second,
-		OutageStart: 250 * time.Millisecond,
+		OutageStart: 200 * time.Millisecond,
 		Outage:      500 * time.Millisecond,
 		Mode:        mode,
 		Deadline:    time.Second,
@@ -38,99 +39,142 @@ func tiny(mode httptestutil.OutageMode) config {
 	}
 }
 
-// TestRunInvariants runs the tiny workload with each kind of client over
-// real loopback and checks what must hold whatever the machine's speed.
+// TestRunInvariants runs the tiny workload with each kind of client, on
+// a virtual clock over an in-memory network and then over real loopback,
+// and checks what must hold of every run (checkRun). Over loopback the
+// clients share a real machine: under load, or -race, their timers fire
+// late and they send fewer requests than the workload asks, maybe none
+// while the server is down, so the claims that need the asked-for load to
+// arrive on time are checked on the virtual clock, where it does.
 func TestRunInvariants(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs real loopback traffic for about 4 s")
-	}
 	c := tiny(httptestutil.Outage503)
-	sums := make(map[kind]summary)
-	var runs []result
-	var ordered []summary
-	for _, k := range kinds {
-		r, err := run(context.Background(), c, k, loopback)
-		if err != nil {
-			t.Fatalf("run(%v): %v", k, err)
-		}
-		s := summarize(c, r)
-		sums[k] = s
-		runs = append(runs, r)
-		ordered = append(ordered, s)
-
-		var requests, failed int64
-		for _, b := range r.buckets {
-			requests += b.Requests
-			failed += b.Failed
-		}
-		if s.total != requests {
-			t.Errorf("%v: total = %d, want the buckets' sum %d", k, s.total, requests)
-		}
-		if s.during+s.recovery > s.total {
-			t.Errorf("%v: during %d + after %d > total %d", k, s.during, s.recovery, s.total)
-		}
-		if s.duringPeak > s.during || s.recoveryPeak > s.recovery {
-			t.Errorf("%v: a peak is above its sum: %+v", k, s)
-		}
-		if s.ops == 0 {
-			t.Fatalf("%v: no operation ran", k)
-		}
-		if s.ok+s.open > s.ops {
-			t.Errorf("%v: succeeded %d + failed fast %d > started %d", k, s.ok, s.open, s.ops)
-		}
-		// Each success took a 200 from the server, and the server gave
-		// 200s only to the requests the outage did not fail.
-		if int64(s.ok) > requests-failed {
-			t.Errorf("%v: %d operations succeeded, but the server answered only %d requests with 200", k, s.ok, requests-failed)
-		}
-		if failed == 0 {
-			t.Errorf("%v: the server failed no request, want some during the outage", k)
-		}
-		var overloaded int64
-		for _, b := range r.buckets {
-			overloaded += b.Overloaded
-			if b.Overloaded > b.Failed || (b.Start >= c.OutageStart && b.Start+bucket <= c.outageEnd() && b.Overloaded != 0) {
-				t.Errorf("%v: bucket %+v: overloaded above failed, or overloaded while down", k, b)
+	if err := c.validate(); err != nil {
+		t.Fatalf("the tiny workload: %v", err)
+	}
+	t.Run("virtual", func(t *testing.T) {
+		sums := make(map[kind]summary)
+		var runs []result
+		var ordered []summary
+		for _, k := range kinds {
+			r := runVirtualResult(t, c, k)
+			s := checkRun(t, c, r)
+			if s.ops == 0 {
+				t.Fatalf("%v: no operation ran", k)
+			}
+			sums[k] = s
+			runs = append(runs, r)
+			ordered = append(ordered, s)
+			// 20 callers, one operation each every 50 ms, meet a
+			// 0.5 s outage: about 200 operations start while it lasts.
+			if s.during == 0 {
+				t.Errorf("%v: the server got no request while down, want the operations that started then", k)
+			}
+			if r.lag.worst != 0 {
+				t.Errorf("%v: the lag meter saw a timer %v late on the virtual clock, want none", k, r.lag.worst)
 			}
 		}
-		if s.overloaded != overloaded {
-			t.Errorf("%v: overloaded = %d, want the buckets' sum %d", k, s.overloaded, overloaded)
+		if n, st := sums[kindNaive].during, sums[kindSturdy].during; n < st {
+			t.Errorf("server requests during the outage: naive %d < sturdy %d, want naive >= sturdy", n, st)
 		}
-		// An operation that began and ended while the server was down
-		// cannot have succeeded.
-		for _, o := range r.ops {
-			if o.ok && o.start >= c.OutageStart && o.start+o.latency < c.outageEnd() {
-				t.Errorf("%v: an operation from %v to %v succeeded while the server was down", k, o.start, o.start+o.latency)
-				break
+
+		var table bytes.Buffer
+		printTable(&table, c, ordered)
+		for _, want := range []string{"naive loop", "fixed backoff", "sturdy", "operations that succeeded", "server back after its return",
+			"requests it got while down (500ms)", "latency p99", "time until 99% of new operations succeed",
+			"succeeded | failed fast (no request sent)", "failed after waiting on the server"} {
+			if !strings.Contains(table.String(), want) {
+				t.Errorf("the table lacks %q:\n%s", want, table.String())
 			}
 		}
-		if k != kindSturdy && (s.open != 0 || s.breaker != breakerStats{}) {
-			t.Errorf("%v: %d operations failed on an open circuit, breakers %+v; want none (no breaker)", k, s.open, s.breaker)
+		var svg bytes.Buffer
+		if err := writeChart(&svg, c, ordered, runs); err != nil {
+			t.Fatal(err)
 		}
-		if s.late > s.total {
-			t.Errorf("%v: late %d > total %d", k, s.late, s.total)
+		if got := countElements(t, svg.Bytes(), "path"); got < len(kinds) {
+			t.Errorf("the chart has %d paths, want at least %d (a line per kind)", got, len(kinds))
 		}
-	}
-	if n, st := sums[kindNaive].during, sums[kindSturdy].during; n < st {
-		t.Errorf("server requests during the outage: naive %d < sturdy %d, want naive >= sturdy", n, st)
-	}
+	})
+	t.Run("loopback", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("runs real loopback traffic for about 4 s")
+		}
+		for _, k := range kinds {
+			r, err := run(context.Background(), c, k, loopback)
+			if err != nil {
+				t.Fatalf("run(%v): %v", k, err)
+			}
+			s := checkRun(t, c, r)
+			t.Logf("%v: %d operations started, %d requests while down, timers up to %v late", k, s.ops, s.during, r.lag.worst)
+		}
+	})
+}
 
-	var table bytes.Buffer
-	printTable(&table, c, ordered)
-	for _, want := range []string{"naive loop", "fixed backoff", "sturdy", "operations that succeeded", "server back after its return",
-		"requests it got while down (500ms)", "latency p99", "time until 99% of new operations succeed",
-		"succeeded | failed fast (no request sent)", "failed after waiting on the server"} {
-		if !strings.Contains(table.String(), want) {
-			t.Errorf("the table lacks %q:\n%s", want, table.String())
+// checkRun checks what holds of any run r of workload c, whatever the
+// speed of the machine and however many of the asked-for operations its
+// load generator managed to start, and returns r's summary.
+func checkRun(t *testing.T, c config, r result) summary {
+	t.Helper()
+	k := r.kind
+	s := summarize(c, r)
+	var requests, failed, down, downFailed, overloaded int64
+	for _, b := range r.buckets {
+		requests += b.Requests
+		failed += b.Failed
+		overloaded += b.Overloaded
+		if b.Start >= c.OutageStart && b.Start+bucket <= c.outageEnd() {
+			down += b.Requests
+			downFailed += b.Failed
+			if b.Overloaded != 0 {
+				t.Errorf("%v: bucket %+v: overloaded while down", k, b)
+			}
+		}
+		if b.Overloaded > b.Failed {
+			t.Errorf("%v: bucket %+v: overloaded above failed", k, b)
 		}
 	}
-	var svg bytes.Buffer
-	if err := writeChart(&svg, c, ordered, runs); err != nil {
-		t.Fatal(err)
+	if s.total != requests {
+		t.Errorf("%v: total = %d, want the buckets' sum %d", k, s.total, requests)
 	}
-	if got := countElements(t, svg.Bytes(), "path"); got < len(kinds) {
-		t.Errorf("the chart has %d paths, want at least %d (a line per kind)", got, len(kinds))
+	if s.during+s.recovery > s.total {
+		t.Errorf("%v: during %d + after %d > total %d", k, s.during, s.recovery, s.total)
 	}
+	if s.duringPeak > s.during || s.recoveryPeak > s.recovery {
+		t.Errorf("%v: a peak is above its sum: %+v", k, s)
+	}
+	if s.ok+s.open > s.ops {
+		t.Errorf("%v: succeeded %d + failed fast %d > started %d", k, s.ok, s.open, s.ops)
+	}
+	// Each success took a 200 from the server, and the server gave
+	// 200s only to the requests the outage did not fail.
+	if int64(s.ok) > requests-failed {
+		t.Errorf("%v: %d operations succeeded, but the server answered only %d requests with 200", k, s.ok, requests-failed)
+	}
+	// Whatever reached the server while it was down, and only that, is
+	// the table's "requests it got while down", and it all failed.
+	if s.during != down {
+		t.Errorf("%v: during = %d, want the %d requests of the outage's buckets", k, s.during, down)
+	}
+	if downFailed != down {
+		t.Errorf("%v: the server failed %d of the %d requests it got while down, want all", k, downFailed, down)
+	}
+	if s.overloaded != overloaded {
+		t.Errorf("%v: overloaded = %d, want the buckets' sum %d", k, s.overloaded, overloaded)
+	}
+	// An operation that began and ended while the server was down
+	// cannot have succeeded.
+	for _, o := range r.ops {
+		if o.ok && o.start >= c.OutageStart && o.start+o.latency < c.outageEnd() {
+			t.Errorf("%v: an operation from %v to %v succeeded while the server was down", k, o.start, o.start+o.latency)
+			break
+		}
+	}
+	if k != kindSturdy && (s.open != 0 || s.breaker != breakerStats{}) {
+		t.Errorf("%v: %d operations failed on an open circuit, breakers %+v; want none (no breaker)", k, s.open, s.breaker)
+	}
+	if s.late > s.total {
+		t.Errorf("%v: late %d > total %d", k, s.late, s.total)
+	}
+	return s
 }
 
 func TestMainErrFlags(t *testing.T) {

@@ -11,22 +11,29 @@ import (
 )
 
 // runVirtual runs the workload c with clients of kind k in a synctest
-// bubble, over an in-memory network: the program's own code on a virtual
-// clock, so a run of seconds takes a fraction of one, and no timer of a
-// busy machine fires late.
+// bubble, over an in-memory network, and summarizes the run.
 func runVirtual(t *testing.T, c config, k kind) summary {
 	t.Helper()
-	var s summary
+	return summarize(c, runVirtualResult(t, c, k))
+}
+
+// runVirtualResult runs the workload c with clients of kind k in a
+// synctest bubble, over an in-memory network: the program's own code on a
+// virtual clock, so a run of seconds takes a fraction of one, and no
+// timer of a busy machine fires late.
+func runVirtualResult(t *testing.T, c config, k kind) result {
+	t.Helper()
+	var r result
 	synctest.Test(t, func(t *testing.T) {
 		n := httptestutil.NewNetwork()
 		nw := network{listen: func() (net.Listener, error) { return n.Listen("api.test:80") }, dial: n.DialContext}
-		r, err := run(context.Background(), c, k, nw)
+		var err error
+		r, err = run(context.Background(), c, k, nw)
 		if err != nil {
 			t.Fatalf("run(%v): %v", k, err)
 		}
-		s = summarize(c, r)
 	})
-	return s
+	return r
 }
 
 // TestStory runs the program's default workload in virtual time, and
