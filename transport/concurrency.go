@@ -10,6 +10,7 @@ import (
 
 	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/internal/slots"
+	"github.com/sturdyhttp/sturdy/internal/stream"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -185,7 +186,7 @@ func concOutcome(req *http.Request, resp *http.Response, err error) policy.Concu
 		if !policy.StatusAccepted(resp.StatusCode) { // a 5xx or a 429
 			return policy.ConcurrencyLoss
 		}
-		if _, ok := resp.Body.(*aheadBody); ok {
+		if _, ok := resp.Body.(*stream.Ahead); ok {
 			return policy.ConcurrencyUntimed // a stream held to its first event: its wait is the model's, not the host's load
 		}
 		return policy.ConcurrencyServed
