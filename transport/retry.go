@@ -8,6 +8,7 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -341,29 +342,43 @@ func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (poli
 	}
 	op := o.op
 	s.Refused = func(at time.Time) error { return op.refusedAt(r, at) }
+	// moved is the host the retry goes to, when that is the operation's
+	// first request there (see charge). The closure captures no field of
+	// o, which would move o to the heap on the success path too.
+	var moved hosts.Key
 	if c.budget != nil {
-		s.Budget = func() bool { return o.charge(r, now) }
+		budget, own, seen := c.budget, o.req.URL, o.elsewhere
+		s.Budget = func() bool {
+			var ok bool
+			ok, moved = charge(budget, r, own, seen, now)
+			return ok
+		}
 	}
-	return c.p.Next(s), now
+	step := c.p.Next(s)
+	if moved != (hosts.Key{}) {
+		o.elsewhere = append(o.elsewhere, moved)
+	}
+	return step, now
 }
 
-// charge reports whether the budget allows the retry that attempt r's
+// charge reports whether budget allows the retry that attempt r's
 // outcome asks for at now, and counts it if so. The budget is that of the
-// host the retry goes to: the request's own, or the alternate origin that
-// Endpoints sends it to. The operation's first attempt at an alternate
-// is, for that host, an operation and no retry: it brings the alternate
-// no more load than the operation would have brought its own host, so
-// failing over from an origin that refuses connections spends no budget.
-// Further retries there draw on the alternate's budget.
-func (o *retryRun) charge(r *http.Request, now time.Time) bool {
+// host the retry goes to: own, the request's, or the alternate origin
+// that Endpoints sends it to. The operation's first attempt at an
+// alternate (one not in seen) is, for that host, an operation and no
+// retry: it brings the alternate no more load than the operation would
+// have brought its own host, so failing over from an origin that refuses
+// connections spends no budget. Further retries there draw on the
+// alternate's budget. It returns the alternate's key when it counted
+// such a first attempt.
+func charge(budget retryBudget, r *http.Request, own *url.URL, seen []hosts.Key, now time.Time) (bool, hosts.Key) {
 	u := routeOf(r, now).URL
 	at := timecut.Of(now)
-	if k := hosts.KeyOf(u); k != hosts.KeyOf(o.req.URL) && !slices.Contains(o.elsewhere, k) {
-		o.elsewhere = append(o.elsewhere, k)
-		o.c.budget.request(u, at)
-		return true
+	if k := hosts.KeyOf(u); k != hosts.KeyOf(own) && !slices.Contains(seen, k) {
+		budget.request(u, at)
+		return true, k
 	}
-	return o.c.budget.retry(u, at)
+	return budget.retry(u, at), hosts.Key{}
 }
 
 // again returns the request of a free resend, nil when its body cannot
