@@ -2,7 +2,6 @@ package transport
 
 import (
 	"github.com/sturdyhttp/sturdy/internal/circuit"
-	"math"
 	"net/http"
 	"time"
 )
@@ -12,14 +11,6 @@ import (
 // each open period lasts between half of it and all of it, at random
 // (150ms on average).
 const DefaultBreakerCooldown = 200 * time.Millisecond
-
-// The other defaults of [BreakerSettings], documented on its fields.
-const (
-	defaultBreakerFailures    = 5
-	defaultBreakerMinRequests = 20
-	defaultBreakerRatio       = 0.8
-	defaultBreakerWindow      = 10 * time.Second
-)
 
 // BreakerState is the state of one circuit breaker.
 type BreakerState = circuit.State
@@ -155,31 +146,10 @@ func (s BreakerSettings) config() breakerConfig {
 			Window:      s.Window,
 			Cooldown:    s.Cooldown,
 			HalfOpen:    s.HalfOpenRequests,
-		},
+		}.WithDefaults(),
 		isFailure: s.IsFailure,
 		key:       s.Key,
 		store:     s.Store,
-	}
-	if c.Consecutive == 0 {
-		c.Consecutive = defaultBreakerFailures
-	}
-	if c.MinRequests == 0 {
-		c.MinRequests = defaultBreakerMinRequests
-	}
-	switch {
-	case c.Ratio == 0:
-		c.Ratio = defaultBreakerRatio
-	case !(c.Ratio > 0 && c.Ratio <= 1): // negative, above 1, NaN
-		c.Ratio = math.Inf(1) // never reached
-	}
-	if c.Window <= 0 {
-		c.Window = defaultBreakerWindow
-	}
-	if c.Cooldown <= 0 {
-		c.Cooldown = DefaultBreakerCooldown
-	}
-	if c.HalfOpen == 0 {
-		c.HalfOpen = 1
 	}
 	if f, store := s.OnStateChange, c.store; f != nil || store != nil {
 		c.OnChange = func(e *circuit.Circuit, from, to BreakerState) {

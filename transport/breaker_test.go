@@ -1655,3 +1655,17 @@ func TestBreakersStateWithFleet(t *testing.T) {
 		})
 	}
 }
+
+// TestBreakerDefaults: the defaults BreakerSettings documents are those
+// the circuit applies.
+func TestBreakerDefaults(t *testing.T) {
+	c := BreakerSettings{}.config()
+	got := []any{c.Consecutive, c.MinRequests, c.Ratio, c.Window, c.Cooldown, c.HalfOpen}
+	want := []any{uint32(5), uint64(20), 0.8, 10 * time.Second, DefaultBreakerCooldown, uint32(1)}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("defaults %v, want %v", got, want)
+	}
+	if r := (BreakerSettings{FailureRatio: 1.5}).config().Ratio; !math.IsInf(r, 1) {
+		t.Errorf("FailureRatio 1.5: ratio %v, want off (+Inf)", r)
+	}
+}

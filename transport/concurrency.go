@@ -6,11 +6,11 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"net/http"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/internal/hosts"
+	"github.com/sturdyhttp/sturdy/internal/slots"
+	"github.com/sturdyhttp/sturdy/internal/stream"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -101,15 +101,15 @@ func concurrencyMiddleware(c *policy.Concurrency, reg *hosts.Registry, h Hooks) 
 	if c == nil {
 		c = &policy.Concurrency{}
 	}
-	newState := func(k hosts.Key) *concHost {
-		return &concHost{lim: c.NewLimit(time.Now()), key: k.String()}
+	newState := func(k hosts.Key) *slots.Host {
+		return &slots.Host{Lim: c.NewLimit(time.Now()), Key: k.String()}
 	}
-	var slot *hosts.Slot[concHost]
+	var slot *hosts.Slot[slots.Host]
 	if reg != nil {
-		slot = hosts.NewSlot(reg, newState, (*concHost).live)
+		slot = hosts.NewSlot(reg, newState, (*slots.Host).Live)
 	}
 	if slot == nil {
-		slot = hosts.NewSlot(hosts.New(hosts.Options{}), newState, (*concHost).live)
+		slot = hosts.NewSlot(hosts.New(hosts.Options{}), newState, (*slots.Host).Live)
 	}
 	cfg := &concConfig{slot: slot, onChange: h.OnConcurrencyChange, onRefuse: h.OnConcurrencyRefuse}
 	return func(next http.RoundTripper) http.RoundTripper {
@@ -118,7 +118,7 @@ func concurrencyMiddleware(c *policy.Concurrency, reg *hosts.Registry, h Hooks) 
 }
 
 type concConfig struct {
-	slot     *hosts.Slot[concHost]
+	slot     *hosts.Slot[slots.Host]
 	onChange func(ConcurrencyEvent)
 	onRefuse func(ConcurrencyEvent)
 }
@@ -126,28 +126,6 @@ type concConfig struct {
 type concurrencyTransport struct {
 	c    *concConfig
 	next http.RoundTripper
-}
-
-// concHost is one host's limit and the requests waiting for a slot.
-type concHost struct {
-	lim     *policy.ConcurrencyLimit
-	key     string
-	waiting atomic.Int32 // len(queue), read without the lock
-	mu      sync.Mutex
-	queue   []*concWaiter // last come, first served: see wait
-}
-
-// concWaiter is a request waiting for a slot: ready is closed when it
-// is granted one.
-type concWaiter struct {
-	ready   chan struct{}
-	granted bool // under the host's mu
-}
-
-// live reports whether h must be kept: requests hold or wait for its
-// slots.
-func (h *concHost) live(time.Time) bool {
-	return h.lim.InFlight() > 0 || h.waiting.Load() > 0
 }
 
 // CloseIdleConnections forwards to the next RoundTripper.
@@ -163,7 +141,7 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 	if h == nil { // the registry is full of hosts that must be kept: no limit
 		return t.next.RoundTrip(req)
 	}
-	ok, timed := h.lim.Acquire() // a busy host times one attempt in a few: reading the clock costs more than the rest
+	ok, timed := h.Lim.Acquire() // a busy host times one attempt in a few: reading the clock costs more than the rest
 	if !ok {
 		if err := t.wait(req, h); err != nil {
 			reqbody.CloseBody(req)
@@ -178,7 +156,7 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 	released := false
 	defer func() {
 		if !released { // the RoundTripper beneath panicked: give the slot back
-			h.release(time.Time{}, 0, policy.ConcurrencyIgnored)
+			h.Release(time.Time{}, 0, policy.ConcurrencyIgnored)
 		}
 	}()
 	resp, err := t.next.RoundTrip(req)
@@ -195,8 +173,8 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 	case o == policy.ConcurrencyServed:
 		o = policy.ConcurrencyUntimed
 	}
-	if changed, from, to := h.release(end, rtt, o); changed && t.c.onChange != nil {
-		t.c.onChange(ConcurrencyEvent{Host: h.key, From: from, Limit: to, InFlight: h.lim.InFlight()})
+	if changed, from, to := h.Release(end, rtt, o); changed && t.c.onChange != nil {
+		t.c.onChange(ConcurrencyEvent{Host: h.Key, From: from, Limit: to, InFlight: h.Lim.InFlight()})
 	}
 	return resp, err
 }
@@ -208,7 +186,7 @@ func concOutcome(req *http.Request, resp *http.Response, err error) policy.Concu
 		if !policy.StatusAccepted(resp.StatusCode) { // a 5xx or a 429
 			return policy.ConcurrencyLoss
 		}
-		if _, ok := resp.Body.(*aheadBody); ok {
+		if _, ok := resp.Body.(*stream.Ahead); ok {
 			return policy.ConcurrencyUntimed // a stream held to its first event: its wait is the model's, not the host's load
 		}
 		return policy.ConcurrencyServed
@@ -218,95 +196,28 @@ func concOutcome(req *http.Request, resp *http.Response, err error) policy.Concu
 	return policy.ConcurrencyOutcomeOf(v, 0, canceled)
 }
 
-// release gives back a slot and hands free slots to the requests
-// waiting.
-func (h *concHost) release(now time.Time, rtt time.Duration, o policy.ConcurrencyOutcome) (changed bool, from, to int) {
-	changed, from, to = h.lim.Release(now, rtt, o)
-	if h.waiting.Load() > 0 {
-		h.mu.Lock()
-		h.grantLocked()
-		h.mu.Unlock()
-	}
-	return changed, from, to
-}
-
-// grantLocked gives free slots to the first requests waiting. h.mu is
-// held.
-func (h *concHost) grantLocked() {
-	for len(h.queue) > 0 {
-		if ok, _ := h.lim.Acquire(); !ok {
-			return
-		}
-		last := len(h.queue) - 1
-		w := h.queue[last] // the latest first: see wait
-		h.queue[last] = nil
-		h.queue = h.queue[:last]
-		h.waiting.Add(-1)
-		w.granted = true
-		close(w.ready)
-	}
-}
-
 // wait waits for a slot of h for req, as long as the limit's rule and
-// req's time allow. It returns nil with a slot taken, or the error to
-// end req with.
-//
-// A slot that frees goes to the request that came last. Under a burst
-// below capacity, every waiter gets one soon either way. Under overload,
-// first come first served would make every request wait the longest a
-// wait may last and then send it late; last come first served sends most
-// requests at once and refuses those that waited longest, which would
-// have been late anyway.
-func (t *concurrencyTransport) wait(req *http.Request, h *concHost) error {
-	h.lim.Full()
+// req's time allow (see [slots.Host.Wait]). It returns nil with a slot
+// taken, or the error to end req with.
+func (t *concurrencyTransport) wait(req *http.Request, h *slots.Host) error {
+	h.Lim.Full()
 	ctx := req.Context()
 	if err := ctx.Err(); err != nil {
 		return context.Cause(ctx)
 	}
 	now := time.Now()
 	dl, hasDeadline := deadlineOf(ctx) // New's Timeout included
-	d, ok := h.lim.Wait(int(h.waiting.Load()), dl.Sub(now), hasDeadline)
+	d, ok := h.Lim.Wait(h.Waiting(), dl.Sub(now), hasDeadline)
 	if !ok {
 		return t.refuse(req, h, 0, nil)
 	}
-	w := &concWaiter{ready: make(chan struct{})}
-	h.mu.Lock()
-	h.queue = append(h.queue, w)
-	h.waiting.Add(1)
-	h.grantLocked() // a slot freed since Acquire failed
-	h.mu.Unlock()
-
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	var done error
-	select {
-	case <-w.ready:
+	got, done := h.Wait(ctx, d)
+	if got {
 		return nil
-	case <-timer.C:
-	case <-ctx.Done():
-		done = context.Cause(ctx)
-	}
-	h.mu.Lock()
-	granted := w.granted
-	if !granted {
-		for i, q := range h.queue {
-			if q == w {
-				h.queue = append(h.queue[:i], h.queue[i+1:]...)
-				h.waiting.Add(-1)
-				break
-			}
-		}
-	}
-	h.mu.Unlock()
-	if granted {
-		if done == nil {
-			return nil // granted as the wait ended: use it
-		}
-		h.release(time.Now(), 0, policy.ConcurrencyIgnored)
 	}
 	waited := time.Since(now)
 	switch {
-	case done == nil && hasDeadline && time.Until(dl) <= h.lim.Reference():
+	case done == nil && hasDeadline && time.Until(dl) <= h.Lim.Reference():
 		// The operation has no time left for an attempt: its time ran
 		// out while it waited.
 		return t.refuse(req, h, waited, context.DeadlineExceeded)
@@ -319,11 +230,11 @@ func (t *concurrencyTransport) wait(req *http.Request, h *concHost) error {
 }
 
 // refuse returns the error of req refused by h's limit, and reports it.
-func (t *concurrencyTransport) refuse(req *http.Request, h *concHost, waited time.Duration, cause error) error {
-	limit := h.lim.Limit()
-	err := &ConcurrencyLimitError{Host: h.key, Limit: limit, InFlight: h.lim.InFlight(), Waited: waited, Err: cause}
+func (t *concurrencyTransport) refuse(req *http.Request, h *slots.Host, waited time.Duration, cause error) error {
+	limit := h.Lim.Limit()
+	err := &ConcurrencyLimitError{Host: h.Key, Limit: limit, InFlight: h.Lim.InFlight(), Waited: waited, Err: cause}
 	if t.c.onRefuse != nil {
-		t.c.onRefuse(ConcurrencyEvent{Request: req, Host: h.key, From: limit, Limit: limit, InFlight: err.InFlight, Waited: waited, Err: err})
+		t.c.onRefuse(ConcurrencyEvent{Request: req, Host: h.Key, From: limit, Limit: limit, InFlight: err.InFlight, Waited: waited, Err: err})
 	}
 	return err
 }

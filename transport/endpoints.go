@@ -3,13 +3,13 @@ package transport
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sturdyhttp/sturdy/internal/endpoint"
 	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/policy"
 )
@@ -108,21 +108,8 @@ func (e *Endpoints) on() bool { return e.PerAddress || len(e.Alternates) > 0 }
 // https URL of a scheme and host only. [New] does not check: a request
 // to an origin with a bad entry fails with this error, unsent.
 func (e Endpoints) Validate() error {
-	_, err := parseAlternates(e.Alternates)
+	_, err := endpoint.ParseAlternates(e.Alternates, ErrEndpoints)
 	return err
-}
-
-// parseOrigin parses s as an origin: scheme and host, nothing else.
-func parseOrigin(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
-	if err != nil {
-		return nil, fmt.Errorf("%w: origin %q: %v", ErrEndpoints, s, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User != nil ||
-		u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("%w: origin %q is not a scheme and host only, such as \"https://api.example.com\"", ErrEndpoints, s)
-	}
-	return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
 }
 
 // configError is the error of every request through Endpoints that
@@ -134,41 +121,10 @@ type configError struct{ err error }
 func (e configError) Error() string   { return e.err.Error() }
 func (e configError) Unwrap() []error { return []error{e.err, policy.ErrInvalidRequest} }
 
-// origin is one origin of an [alternates] list.
-type origin struct {
-	url  *url.URL // scheme and host
-	name string   // scheme://host, as keyed
-}
-
-// parseAlternates returns e's alternates, each list starting with the
-// origin it is for.
-func parseAlternates(m map[string][]string) (map[hosts.Key][]origin, error) {
-	out := make(map[hosts.Key][]origin, len(m))
-	for from, alts := range m {
-		u, err := parseOrigin(from)
-		if err != nil {
-			return nil, err
-		}
-		k := hosts.KeyOf(u)
-		list := []origin{{url: u, name: k.String()}}
-		for _, a := range alts {
-			v, err := parseOrigin(a)
-			if err != nil {
-				return nil, fmt.Errorf("%w (an alternate of %q)", err, from)
-			}
-			list = append(list, origin{url: v, name: hosts.KeyOf(v).String()})
-		}
-		if len(list) > 1 {
-			out[k] = list
-		}
-	}
-	return out, nil
-}
-
 // endpoints is the Endpoints of one stack, with its hooks.
 type endpoints struct {
 	e          Endpoints
-	origins    map[hosts.Key][]origin
+	origins    map[hosts.Key][]endpoint.Origin
 	err        error // Validate's error: requests fail with it
 	onEject    func(EjectionEvent)
 	onFailover func(FailoverEvent)
@@ -184,7 +140,7 @@ func (ep *endpoints) useBreakers(b *Breakers) {
 
 func newEndpoints(e Endpoints, h Hooks) *endpoints {
 	ep := &endpoints{e: e, onEject: both(e.OnEject, h.OnEject), onFailover: both(e.OnFailover, h.OnFailover)}
-	if ep.origins, ep.err = parseAlternates(e.Alternates); ep.err != nil {
+	if ep.origins, ep.err = endpoint.ParseAlternates(e.Alternates, ErrEndpoints); ep.err != nil {
 		ep.err = configError{ep.err}
 	}
 	ep.e.OnEject, ep.e.OnFailover = ep.onEject, ep.onFailover
@@ -197,7 +153,7 @@ type endpointOp struct {
 	ep    *endpoints
 	next  atomic.Int32 // index in the origin's list the next attempt starts at
 	mu    sync.Mutex
-	tried []*addrPool // the addresses the operation's attempts went to
+	tried []*endpoint.Pool // the addresses the operation's attempts went to
 	// origin and addr are the origin and address of its latest response.
 	origin, addr string
 }
@@ -211,7 +167,7 @@ func endpointOpOf(ctx context.Context) *endpointOp {
 }
 
 // triedSnapshot returns the addresses op tried so far; nil op has none.
-func (op *endpointOp) triedSnapshot() []*addrPool {
+func (op *endpointOp) triedSnapshot() []*endpoint.Pool {
 	if op == nil {
 		return nil
 	}
@@ -220,7 +176,7 @@ func (op *endpointOp) triedSnapshot() []*addrPool {
 	return op.tried[:len(op.tried):len(op.tried)]
 }
 
-func (op *endpointOp) addTried(p *addrPool) {
+func (op *endpointOp) addTried(p *endpoint.Pool) {
 	if op == nil {
 		return
 	}
@@ -307,29 +263,8 @@ func (ep *endpoints) refusedOrigin(st *operation, req *http.Request, u *url.URL,
 // pick returns the index in list of the origin an attempt of req goes to
 // at now: the first from start, in turn, whose circuit is not open; start
 // when every one is.
-func (ep *endpoints) pick(st *operation, req *http.Request, list []origin, start int, now time.Time) int {
-	for k := range list {
-		i := (start + k) % len(list)
-		var u *url.URL
-		if i != 0 {
-			u = list[i].url
-		}
-		if !ep.refusedOrigin(st, req, u, now) {
-			return i
-		}
-	}
-	return start
-}
-
-// rewrite returns a copy of req for the origin o: scheme and host the
-// alternate's, path and query kept.
-func (ep *endpoints) rewrite(req *http.Request, o origin) *http.Request {
-	r := req.Clone(req.Context())
-	r.URL.Scheme, r.URL.Host, r.Host = o.url.Scheme, o.url.Host, ""
-	if ep.e.Adjust != nil {
-		ep.e.Adjust(r, o.name)
-	}
-	return r
+func (ep *endpoints) pick(st *operation, req *http.Request, list []endpoint.Origin, start int, now time.Time) int {
+	return endpoint.Pick(list, start, func(u *url.URL) bool { return ep.refusedOrigin(st, req, u, now) })
 }
 
 func (t *alternatesTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -357,13 +292,13 @@ func (t *alternatesTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	for tries := 1; ; tries++ {
 		r := req
 		if i != 0 {
-			r = t.ep.rewrite(req, list[i])
+			r = endpoint.Rewrite(req, list[i], t.ep.e.Adjust)
 			if f := t.ep.onFailover; f != nil {
 				reason := failoverFailed
 				if i != start || start == 0 {
 					reason = failoverOpen
 				}
-				f(FailoverEvent{Request: req, From: list[0].name, To: list[i].name, Reason: reason})
+				f(FailoverEvent{Request: req, From: list[0].Name, To: list[i].Name, Reason: reason})
 			}
 		}
 		resp, err := t.next.RoundTrip(r)
@@ -371,7 +306,7 @@ func (t *alternatesTransport) RoundTrip(req *http.Request) (*http.Response, erro
 			// Refused unsent by the origin's breaker (a half-open one
 			// whose probes are taken): the next origin, when the body can
 			// be sent again. Nothing was sent, so nothing is resent.
-			if body, ok := freshBody(req); ok {
+			if body, ok := endpoint.FreshBody(req); ok {
 				req = body
 				i = t.ep.pick(st, req, list, (i+1)%len(list), time.Now())
 				continue
@@ -382,29 +317,11 @@ func (t *alternatesTransport) RoundTrip(req *http.Request) (*http.Response, erro
 			if policy.FailsOver(o) {
 				op.next.Store(int32((i + 1) % len(list)))
 			} else if err == nil {
-				op.served(list[i].name, "")
+				op.served(list[i].Name, "")
 			}
 		}
 		return resp, err
 	}
-}
-
-// freshBody returns req with a new body from GetBody, or req itself when
-// it has none; false when its body cannot be had again.
-func freshBody(req *http.Request) (*http.Request, bool) {
-	if req.Body == nil || req.Body == http.NoBody {
-		return req, true
-	}
-	if req.GetBody == nil {
-		return nil, false
-	}
-	b, err := req.GetBody()
-	if err != nil {
-		return nil, false
-	}
-	r := *req
-	r.Body = b
-	return &r, true
 }
 
 // routeOf returns the request that an attempt of req made at at would
@@ -428,7 +345,7 @@ func routeOf(req *http.Request, at time.Time) *http.Request {
 	if i == 0 {
 		return req
 	}
-	return &http.Request{Method: req.Method, URL: list[i].url, Header: req.Header, Host: list[i].url.Host}
+	return &http.Request{Method: req.Method, URL: list[i].URL, Header: req.Header, Host: list[i].URL.Host}
 }
 
 // servedBy adds to op what the Endpoints of resp's operation say of it:

@@ -337,3 +337,87 @@ func originOf(u string) string {
 	r, _ := http.NewRequest(http.MethodGet, u, nil)
 	return HostKey(r)
 }
+
+// TestFailoverSpendsNoBudget: a failover to an alternate after the origin
+// refused the connection is the operation's first request to the
+// alternate, not a retry: with a budget that allows one retry, and no
+// breaker to open, every operation is still served by the alternate,
+// while the bare client fails each. A retry that stays on the alternate
+// draws on the alternate's budget.
+func TestFailoverSpendsNoBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newOriginServers()
+		n := httptestutil.NewNetwork()
+		origin := n.Serve("origin.test", s.handler(false))
+		var altFails atomic.Int64 // the alternate answers 503 while above zero
+		alt := n.Serve("alternate.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if altFails.Add(-1) >= 0 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			s.handler(true).ServeHTTP(w, r)
+		}))
+		n.RefuseWhen("origin.test", func() bool { return true })
+		base := n.Transport()
+		t.Cleanup(func() {
+			base.CloseIdleConnections()
+			origin.Close()
+			alt.Close()
+		})
+		budget := &policy.Budget{MinRetries: 1, Ratio: -1}
+		rt := New(Options{
+			Base:    base,
+			Disable: LayerBreaker,
+			Retry:   policy.Retry{Budget: budget, MaxAttempts: 3},
+			Endpoints: Endpoints{
+				Alternates: map[string][]string{origin.URL: {alt.URL}},
+				Adjust:     func(r *http.Request, _ string) { r.Header.Set("Authorization", "Bearer alternate") },
+			},
+		})
+		c := &http.Client{Transport: rt}
+		defer c.CloseIdleConnections()
+		bare := &http.Client{Transport: base}
+		for i := range 10 {
+			if resp, err := bare.Get(origin.URL + "/"); err == nil {
+				resp.Body.Close()
+				t.Fatalf("bare client: %s, want the origin refusing connections", resp.Status)
+			}
+			resp, err := c.Get(origin.URL + "/v1/items?i=" + fmt.Sprint(i))
+			if err != nil {
+				t.Fatalf("GET %d: %v", i, err)
+			}
+			if got := readAll(t, resp); resp.StatusCode != http.StatusOK || got != fmt.Sprintf("/v1/items?i=%d", i) {
+				t.Fatalf("GET %d: %s %q, want 200", i, resp.Status, got)
+			}
+		}
+		if o, a := s.counts(); o != 0 || a != 10 {
+			t.Errorf("served by the origin %d, the alternate %d; want 0, 10", o, a)
+		}
+
+		// The alternate fails too: a GET that the origin refused and the
+		// alternate answered 503 goes back to the origin (the list wraps),
+		// a retry that the origin's budget pays for. Its one retry pays
+		// for the first such operation, which ends when its attempts are
+		// used; the second ends on the alternate's 503, the budget spent.
+		var ends []string
+		for i := range 2 {
+			altFails.Store(1)
+			resp, err := c.Get(origin.URL + "/v1/again?i=" + fmt.Sprint(i))
+			if err != nil {
+				var re *RetryError
+				if !errors.As(err, &re) {
+					t.Fatalf("GET again %d: %v, want a *RetryError", i, err)
+				}
+				ends = append(ends, fmt.Sprintf("%d attempts (%s)", re.Attempts, re.Reason))
+				continue
+			}
+			resp.Body.Close()
+			op, _ := OperationOf(resp)
+			ends = append(ends, fmt.Sprintf("%s after %d attempts (%s)", resp.Status, op.Attempts, op.Reason))
+		}
+		want := []string{"3 attempts (attempts used)", "503 Service Unavailable after 2 attempts (retry budget spent)"}
+		if fmt.Sprint(ends) != fmt.Sprint(want) {
+			t.Errorf("ends %q, want %q", ends, want)
+		}
+	})
+}

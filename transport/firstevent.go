@@ -7,10 +7,10 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/internal/lex"
+	"github.com/sturdyhttp/sturdy/internal/stream"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -268,9 +268,7 @@ func holdDeadline(ctx context.Context) *timecut.Watch {
 
 // commitStream hands resp back with its body read from the start.
 func commitStream(resp *http.Response, buf []byte, body io.ReadCloser) *http.Response {
-	b := &aheadBody{buf: buf, rest: body}
-	b.open.Store(true)
-	resp.Body = b
+	resp.Body = stream.NewAhead(buf, body, true)
 	return resp
 }
 
@@ -279,7 +277,7 @@ func commitStream(resp *http.Response, buf []byte, body io.ReadCloser) *http.Res
 // the bytes read and then ends. The original is kept in the copy's
 // request context, for [restoreStream] to hand back whole.
 func judgedStream(req *http.Request, resp *http.Response, buf []byte, body io.ReadCloser, status int, why string) *http.Response {
-	h := &heldStream{orig: resp, status: status, body: &aheadBody{buf: buf, rest: body}}
+	h := &heldStream{orig: resp, status: status, body: stream.NewAhead(buf, body, false)}
 	j := *resp
 	j.StatusCode = status
 	j.Status = strconv.Itoa(status) + " " + why
@@ -298,7 +296,7 @@ func judgedStream(req *http.Request, resp *http.Response, buf []byte, body io.Re
 type heldStream struct {
 	orig   *http.Response
 	status int // the status it was judged as
-	body   *aheadBody
+	body   *stream.Ahead
 }
 
 // restoreStream hands back, in place of a stream judged a failed
@@ -316,10 +314,10 @@ func restoreStream(resp *http.Response) *http.Response {
 		return resp
 	}
 	h := s.held
-	if h == nil || h.status != resp.StatusCode || h.body.open.Load() {
+	if h == nil || h.status != resp.StatusCode || h.body.IsOpen() {
 		return resp
 	}
-	h.body.open.Store(true)
+	h.body.Open()
 	resp.StatusCode, resp.Status = h.orig.StatusCode, h.orig.Status
 	resp.ContentLength, resp.Request = h.orig.ContentLength, h.orig.Request
 	return resp
@@ -332,35 +330,6 @@ func restoreStreamErr(resp *http.Response, err error) (*http.Response, error) {
 	}
 	return resp, err
 }
-
-// aheadBody is a stream's body after its read ahead: the bytes read,
-// then, when open, the rest of the stream. A judged stream's body is not
-// open until it is restored: a layer that drains it reads what was read
-// ahead and closes the connection, without waiting on the server.
-type aheadBody struct {
-	buf  []byte
-	pos  int
-	rest io.ReadCloser
-	open atomic.Bool
-}
-
-func (b *aheadBody) Read(p []byte) (int, error) {
-	if b.pos < len(b.buf) {
-		n := copy(p, b.buf[b.pos:])
-		b.pos += n
-		if b.pos == len(b.buf) {
-			b.buf = nil // let the bytes go once read
-			b.pos = 0
-		}
-		return n, nil
-	}
-	if !b.open.Load() {
-		return 0, io.EOF
-	}
-	return b.rest.Read(p)
-}
-
-func (b *aheadBody) Close() error { return b.rest.Close() }
 
 // watch returns a watch over a read ahead of body: its cut closes the
 // body, which ends a Read blocked on it.

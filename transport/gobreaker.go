@@ -5,10 +5,10 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"net/http"
 	"strconv"
-	"sync"
 
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/sturdyhttp/sturdy/internal/gocircuit"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -95,64 +95,21 @@ func (e *GoBreakerOpenError) RefusedBy() string { return string(policy.ReasonCir
 // response. docs/design.md in the repository says why the default
 // circuit is not gobreaker's.
 func GoBreaker(s GoBreakerSettings) Middleware {
-	g := &goBreakers{s: s, circuits: map[string]GoCircuit{}}
-	user := s.Settings.IsExcluded
-	g.s.Settings.IsExcluded = func(err error) bool {
-		var n *notCounted
-		return errors.As(err, &n) || user != nil && user(err)
-	}
-	if g.s.NewCircuit == nil {
-		g.s.NewCircuit = func(s gobreaker.Settings) (GoCircuit, error) {
-			return gobreaker.NewCircuitBreaker[*http.Response](s), nil
+	var newCircuit func(gobreaker.Settings) (gocircuit.Circuit, error)
+	if user := s.NewCircuit; user != nil {
+		newCircuit = func(s gobreaker.Settings) (gocircuit.Circuit, error) {
+			c, err := user(s)
+			return c, err
 		}
 	}
+	g := gocircuit.New(s.Settings, newCircuit)
 	return func(next http.RoundTripper) http.RoundTripper {
 		return &goBreakerTransport{g: g, next: orDefault(next)}
 	}
 }
 
-type goBreakers struct {
-	s        GoBreakerSettings
-	mu       sync.Mutex
-	circuits map[string]GoCircuit
-}
-
-// circuit returns the circuit of key, made on first use; nil when
-// NewCircuit fails.
-func (g *goBreakers) circuit(key string) GoCircuit {
-	g.mu.Lock()
-	c, ok := g.circuits[key]
-	g.mu.Unlock()
-	if ok {
-		return c
-	}
-	s := g.s.Settings
-	s.Name = key
-	c, err := g.s.NewCircuit(s) // not under the lock: it may ask a store
-	if err != nil || c == nil {
-		return nil
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if old, ok := g.circuits[key]; ok {
-		return old
-	}
-	g.circuits[key] = c
-	return c
-}
-
-// notCounted marks an attempt's outcome that says nothing of its host.
-type notCounted struct{ err error }
-
-func (e *notCounted) Error() string {
-	if e.err == nil {
-		return "transport: not counted"
-	}
-	return e.err.Error()
-}
-
 type goBreakerTransport struct {
-	g    *goBreakers
+	g    *gocircuit.Set
 	next http.RoundTripper
 }
 
@@ -169,29 +126,14 @@ func (t *goBreakerTransport) RoundTrip(req *http.Request) (*http.Response, error
 		return nil, err // the caller's error counts neither way
 	}
 	key := HostKey(req)
-	c := t.g.circuit(key)
+	c := t.g.Circuit(key)
 	if c == nil {
 		return t.next.RoundTrip(req)
 	}
-	var (
-		resp *http.Response
-		rerr error
-		sent bool
-	)
-	_, cerr := c.Execute(func() (*http.Response, error) {
-		sent = true
-		resp, rerr = t.next.RoundTrip(req)
-		switch judge(req, resp, rerr).Host {
-		case policy.HostFailing:
-			if rerr != nil {
-				return nil, rerr
-			}
-			return nil, &FailedStatusError{StatusCode: status(resp)}
-		case policy.HostIgnored:
-			return nil, &notCounted{err: rerr}
-		}
-		return nil, rerr
-	})
+	resp, rerr, sent, cerr := gocircuit.Send(c,
+		func() (*http.Response, error) { return t.next.RoundTrip(req) },
+		func(resp *http.Response, err error) policy.Verdict { return judge(req, resp, err) },
+		func(resp *http.Response) error { return &FailedStatusError{StatusCode: status(resp)} })
 	if sent {
 		return resp, rerr // what the attempt got: the circuit's verdict, or its store's error, is not the caller's
 	}

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/sturdyhttp/sturdy/internal/connwatch"
 	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"net/http"
 
@@ -88,9 +89,9 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	// still dialing looks like one that ends after the request went:
 	// only net/http's connection reports tell them apart, and they are
 	// asked for only when something is held.
-	r, watch := req, (*connWatch)(nil)
+	r, watch := req, (*connwatch.Watch)(nil)
 	if res.Holds() {
-		watch, r = watchConns(req)
+		watch, r = connwatch.New(req)
 	}
 	resp, err := l.next.RoundTrip(r)
 	if err != nil || resp == nil || resp.StatusCode >= 400 {
@@ -99,7 +100,7 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 		joinTracker(req.Context(), l.t)
 	}
 	switch {
-	case err != nil && !policy.Judge(policy.Outcome{Request: req, Err: err, NotConnected: watch != nil && watch.notConnected()}).Sent:
+	case err != nil && !policy.Judge(policy.Outcome{Request: req, Err: err, NotConnected: watch != nil && watch.NotConnected()}).Sent:
 		res.Cancel()
 	case err != nil:
 		res.Settle(nil)

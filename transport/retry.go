@@ -8,12 +8,14 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
-	"net/http/httptrace"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
+	"github.com/sturdyhttp/sturdy/internal/connwatch"
+	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -226,7 +228,7 @@ type retryRun struct {
 	op     *operation
 	ctx    context.Context
 	body   reqbody.Replay
-	watch  *connWatch // whether an attempt got a connection: for a request not safe to resend
+	watch  *connwatch.Watch // whether an attempt got a connection: for a request not safe to resend
 	safe   bool
 	n      int // the attempt's number
 	free   int // free resends made
@@ -235,6 +237,10 @@ type retryRun struct {
 	start  time.Time // when the last attempt was sent; zero when not timed
 	// fastest is the operation's fastest answer: see policy.State.Fastest.
 	fastest time.Duration
+	// elsewhere are the hosts other than the request's own that the
+	// operation was counted at in the budget: alternate origins it failed
+	// over to (see charge).
+	elsewhere []hosts.Key
 }
 
 // begin prepares the operation and returns its first attempt: it keeps
@@ -264,7 +270,7 @@ func (o *retryRun) begin() (*http.Request, error) {
 	}
 	if !o.safe {
 		if c.attempts > 1 {
-			o.watch, o.base = watchConns(o.base)
+			o.watch, o.base = connwatch.New(o.base)
 		}
 		if o.base.GetBody != nil {
 			o.base = withoutGetBody(o.base, o.base != req)
@@ -291,7 +297,7 @@ func (o *retryRun) send(r *http.Request) (*http.Response, error) {
 		o.start = time.Now()
 	}
 	if o.watch != nil {
-		o.watch.reset()
+		o.watch.Reset()
 	}
 	resp, err := o.t.next.RoundTrip(r)
 	if resp == nil && err == nil { // a broken RoundTripper beneath: say so, as http.Client does
@@ -321,7 +327,7 @@ func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (poli
 			Problem:      problem,
 			Attempt:      o.n,
 			Keyed:        policy.HasKey(o.req, c.keyHeader),
-			NotConnected: o.watch != nil && err != nil && o.watch.notConnected(),
+			NotConnected: o.watch != nil && err != nil && o.watch.NotConnected(),
 			Now:          now,
 		},
 		SafeToResend: o.safe,
@@ -336,11 +342,43 @@ func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (poli
 	}
 	op := o.op
 	s.Refused = func(at time.Time) error { return op.refusedAt(r, at) }
+	// moved is the host the retry goes to, when that is the operation's
+	// first request there (see charge). The closure captures no field of
+	// o, which would move o to the heap on the success path too.
+	var moved hosts.Key
 	if c.budget != nil {
-		u := o.req.URL
-		s.Budget = func() bool { return c.budget.retry(u, timecut.Of(now)) }
+		budget, own, seen := c.budget, o.req.URL, o.elsewhere
+		s.Budget = func() bool {
+			var ok bool
+			ok, moved = charge(budget, r, own, seen, now)
+			return ok
+		}
 	}
-	return c.p.Next(s), now
+	step := c.p.Next(s)
+	if moved != (hosts.Key{}) {
+		o.elsewhere = append(o.elsewhere, moved)
+	}
+	return step, now
+}
+
+// charge reports whether budget allows the retry that attempt r's
+// outcome asks for at now, and counts it if so. The budget is that of the
+// host the retry goes to: own, the request's, or the alternate origin
+// that Endpoints sends it to. The operation's first attempt at an
+// alternate (one not in seen) is, for that host, an operation and no
+// retry: it brings the alternate no more load than the operation would
+// have brought its own host, so failing over from an origin that refuses
+// connections spends no budget. Further retries there draw on the
+// alternate's budget. It returns the alternate's key when it counted
+// such a first attempt.
+func charge(budget retryBudget, r *http.Request, own *url.URL, seen []hosts.Key, now time.Time) (bool, hosts.Key) {
+	u := routeOf(r, now).URL
+	at := timecut.Of(now)
+	if k := hosts.KeyOf(u); k != hosts.KeyOf(own) && !slices.Contains(seen, k) {
+		budget.request(u, at)
+		return true, k
+	}
+	return budget.retry(u, at), hosts.Key{}
 }
 
 // again returns the request of a free resend, nil when its body cannot
@@ -481,37 +519,6 @@ func withoutGetBody(r *http.Request, own bool) *http.Request {
 func attemptRequest(b *reqbody.Replay, base *http.Request, n int) (*http.Request, error) {
 	return b.Request(base.WithContext(withScope(base.Context(), func(s *scope) { s.attempt = n })))
 }
-
-// connWatch learns, through net/http/httptrace, whether an attempt got a
-// connection: one that did not cannot have reached the server.
-type connWatch struct {
-	asked atomic.Bool // GetConn: the transport reports its connections
-	got   atomic.Bool // GotConn
-	trace httptrace.ClientTrace
-}
-
-// watchConns returns a copy of req whose context reports its attempts'
-// connections to the returned watch. A trace of the caller's is
-// composed with it by httptrace.
-func watchConns(req *http.Request) (*connWatch, *http.Request) {
-	w := &connWatch{}
-	w.trace.GetConn = func(string) { w.asked.Store(true) }
-	w.trace.GotConn = func(httptrace.GotConnInfo) { w.got.Store(true) }
-	return w, req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace))
-}
-
-// reset forgets the last attempt's connection.
-func (w *connWatch) reset() {
-	w.asked.Store(false)
-	w.got.Store(false)
-}
-
-// notConnected reports whether the attempt is known to have got no
-// connection: the transport began to look for one (net/http's, and
-// x/net/http2's, report GetConn first) and never got it. A transport
-// that reports neither (an HTTP/3 or custom transport, a fake) proves
-// nothing: the request may have reached the server.
-func (w *connWatch) notConnected() bool { return w.asked.Load() && !w.got.Load() }
 
 func attemptEvent(req *http.Request, n int, resp *http.Response, err error, d time.Duration) policy.AttemptEvent {
 	return policy.AttemptEvent{Request: req, Attempt: n, Status: status(resp), Err: err, Duration: d}

@@ -1,56 +1,9 @@
 package transport
 
 import (
-	"context"
 	"log/slog"
-	"net/http"
 
-	"github.com/sturdyhttp/sturdy/policy"
-	"github.com/sturdyhttp/sturdy/ratelimit"
-)
-
-// The attribute keys and messages that [SlogHooks] writes, listed in its
-// doc.
-const (
-	attrMethod   = "http.request.method"
-	attrServer   = "server.address"
-	attrPath     = "url.path"
-	attrStatus   = "http.response.status_code"
-	attrError    = "error"
-	attrAttempt  = "sturdy.attempt"
-	attrAttempts = "sturdy.attempts"
-	attrDuration = "sturdy.duration"
-	attrWait     = "sturdy.wait"
-	attrReason   = "sturdy.reason"
-	attrKey      = "sturdy.key"
-	attrFrom     = "sturdy.breaker.from"
-	attrTo       = "sturdy.breaker.to"
-	attrCopy     = "sturdy.hedge.copy"
-	attrElapsed  = "sturdy.hedge.elapsed"
-	attrProb     = "sturdy.throttle.probability"
-	attrLimFrom  = "sturdy.concurrency.from"
-	attrLimit    = "sturdy.concurrency.limit"
-	attrInFlight = "sturdy.concurrency.in_flight"
-	attrPeer     = "network.peer.address"
-	attrEjected  = "sturdy.ejections"
-	attrEjection = "sturdy.ejection"
-	attrFailures = "sturdy.failures"
-	attrOrigin   = "sturdy.origin"
-
-	msgAttempt         = "sturdy: attempt"
-	msgRetry           = "sturdy: retry"
-	msgGiveUp          = "sturdy: give up"
-	msgBreaker         = "sturdy: breaker state change"
-	msgRateLimitWait   = "sturdy: rate limit wait"
-	msgRateLimitReject = "sturdy: rate limit reject"
-	msgHedge           = "sturdy: hedge"
-	msgHedgeWon        = "sturdy: hedge won"
-	msgCopyCanceled    = "sturdy: copy canceled"
-	msgThrottle        = "sturdy: throttle"
-	msgConcLimit       = "sturdy: concurrency limit"
-	msgConcRefuse      = "sturdy: concurrency refuse"
-	msgEject           = "sturdy: address ejected"
-	msgFailover        = "sturdy: failover"
+	"github.com/sturdyhttp/sturdy/internal/slogevent"
 )
 
 // SlogHooks returns hooks that log every event of the stack to l. A nil l
@@ -93,132 +46,57 @@ func SlogHooks(l *slog.Logger) Hooks {
 	if l == nil {
 		l = slog.Default()
 	}
-	s := slogHooks{l}
+	s := slogHooks{slogevent.Logger{L: l}}
 	return Hooks{
-		OnAttempt: s.attempt, OnRetry: s.retry, OnGiveUp: s.giveUp,
+		OnAttempt: s.Attempt, OnRetry: s.Retry, OnGiveUp: s.GiveUp,
 		OnBreakerStateChange: s.breaker,
-		OnRateLimitWait:      s.rateLimitWait, OnRateLimitReject: s.rateLimitReject,
-		OnHedge: s.hedge, OnHedgeWon: s.hedgeWon, OnCopyCanceled: s.copyCanceled,
+		OnRateLimitWait:      s.RateLimitWait, OnRateLimitReject: s.RateLimitReject,
+		OnHedge: s.Hedge, OnHedgeWon: s.HedgeWon, OnCopyCanceled: s.CopyCanceled,
 		OnThrottle: s.throttle, OnEject: s.eject, OnFailover: s.failover,
 		OnConcurrencyChange: s.concurrencyChange, OnConcurrencyRefuse: s.concurrencyRefuse,
 	}
 }
 
 // slogHooks are the hooks of SlogHooks, on one logger.
-type slogHooks struct{ l *slog.Logger }
-
-// on returns the context to log an event of r at level with, and
-// whether the logger logs it: an event's attributes are built only then.
-func (s slogHooks) on(level slog.Level, r *http.Request) (context.Context, bool) {
-	ctx := context.Background()
-	if r != nil {
-		ctx = r.Context()
-	}
-	return ctx, s.l.Enabled(ctx, level)
-}
-
-func (s slogHooks) log(ctx context.Context, level slog.Level, msg string, r *http.Request, attrs ...slog.Attr) {
-	if r != nil {
-		attrs = append(attrs, slog.String(attrMethod, r.Method))
-		if r.URL != nil {
-			attrs = append(attrs, slog.String(attrServer, r.URL.Host), slog.String(attrPath, r.URL.Path))
-		}
-	}
-	s.l.LogAttrs(ctx, level, msg, attrs...)
-}
-
-func outcomeAttr(status int, err error) slog.Attr {
-	if err != nil {
-		return slog.String(attrError, err.Error())
-	}
-	return slog.Int(attrStatus, status)
-}
-
-func (s slogHooks) attempt(e policy.AttemptEvent) {
-	if ctx, ok := s.on(slog.LevelDebug, e.Request); ok {
-		s.log(ctx, slog.LevelDebug, msgAttempt, e.Request, slog.Int(attrAttempt, e.Attempt), outcomeAttr(e.Status, e.Err), slog.Duration(attrDuration, e.Duration))
-	}
-}
-
-func (s slogHooks) retry(e policy.RetryEvent) {
-	if ctx, ok := s.on(slog.LevelInfo, e.Request); ok {
-		s.log(ctx, slog.LevelInfo, msgRetry, e.Request, slog.Int(attrAttempt, e.Attempt), slog.Duration(attrWait, e.Wait), slog.String(attrReason, string(e.Reason)), outcomeAttr(e.Status, e.Err))
-	}
-}
-
-func (s slogHooks) giveUp(e policy.GiveUpEvent) {
-	if ctx, ok := s.on(slog.LevelWarn, e.Request); ok {
-		s.log(ctx, slog.LevelWarn, msgGiveUp, e.Request, slog.Int(attrAttempts, e.Attempts), slog.String(attrReason, string(e.Reason)), outcomeAttr(e.Status, e.Err))
-	}
-}
+type slogHooks struct{ slogevent.Logger }
 
 func (s slogHooks) breaker(key string, from, to BreakerState) {
 	level := slog.LevelInfo
 	if to == BreakerOpen {
 		level = slog.LevelWarn
 	}
-	if ctx, ok := s.on(level, nil); ok {
-		s.log(ctx, level, msgBreaker, nil, slog.String(attrKey, key), slog.String(attrFrom, from.String()), slog.String(attrTo, to.String()))
-	}
-}
-
-func (s slogHooks) rateLimitWait(e ratelimit.WaitEvent) {
-	if ctx, ok := s.on(slog.LevelInfo, e.Request); ok {
-		s.log(ctx, slog.LevelInfo, msgRateLimitWait, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
-	}
-}
-
-func (s slogHooks) rateLimitReject(e ratelimit.RejectEvent) {
-	if ctx, ok := s.on(slog.LevelWarn, e.Request); ok {
-		s.log(ctx, slog.LevelWarn, msgRateLimitReject, e.Request, slog.String(attrKey, e.Key), slog.Duration(attrWait, e.Wait), slog.String(attrReason, e.Reason))
-	}
-}
-
-func (s slogHooks) hedge(e policy.HedgeEvent) {
-	if ctx, ok := s.on(slog.LevelInfo, e.Request); ok {
-		s.log(ctx, slog.LevelInfo, msgHedge, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
-	}
-}
-
-func (s slogHooks) hedgeWon(e policy.HedgeEvent) {
-	if ctx, ok := s.on(slog.LevelInfo, e.Request); ok {
-		s.log(ctx, slog.LevelInfo, msgHedgeWon, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed), slog.Int(attrStatus, e.Status))
-	}
-}
-
-func (s slogHooks) copyCanceled(e policy.HedgeEvent) {
-	if ctx, ok := s.on(slog.LevelDebug, e.Request); ok {
-		s.log(ctx, slog.LevelDebug, msgCopyCanceled, e.Request, slog.Int(attrCopy, e.Copy), slog.Duration(attrElapsed, e.Elapsed))
+	if ctx, ok := s.On(level, nil); ok {
+		s.Log(ctx, level, slogevent.MsgBreaker, nil, slog.String(slogevent.AttrKey, key), slog.String(slogevent.AttrFrom, from.String()), slog.String(slogevent.AttrTo, to.String()))
 	}
 }
 
 func (s slogHooks) throttle(e ThrottleEvent) {
-	if ctx, ok := s.on(slog.LevelWarn, e.Request); ok {
-		s.log(ctx, slog.LevelWarn, msgThrottle, e.Request, slog.String(attrKey, e.Host), slog.Float64(attrProb, e.Probability))
+	if ctx, ok := s.On(slog.LevelWarn, e.Request); ok {
+		s.Log(ctx, slog.LevelWarn, slogevent.MsgThrottle, e.Request, slog.String(slogevent.AttrKey, e.Host), slog.Float64(slogevent.AttrProb, e.Probability))
 	}
 }
 
 func (s slogHooks) eject(e EjectionEvent) {
-	if ctx, ok := s.on(slog.LevelWarn, nil); ok {
-		s.log(ctx, slog.LevelWarn, msgEject, nil, slog.String(attrKey, e.Host), slog.String(attrPeer, e.Address),
-			slog.Int(attrFailures, e.Failures), slog.Int(attrEjected, e.Ejections), slog.Duration(attrEjection, e.Duration))
+	if ctx, ok := s.On(slog.LevelWarn, nil); ok {
+		s.Log(ctx, slog.LevelWarn, slogevent.MsgEject, nil, slog.String(slogevent.AttrKey, e.Host), slog.String(slogevent.AttrPeer, e.Address),
+			slog.Int(slogevent.AttrFailures, e.Failures), slog.Int(slogevent.AttrEjected, e.Ejections), slog.Duration(slogevent.AttrEjection, e.Duration))
 	}
 }
 
 func (s slogHooks) failover(e FailoverEvent) {
-	if ctx, ok := s.on(slog.LevelInfo, e.Request); ok {
-		s.log(ctx, slog.LevelInfo, msgFailover, e.Request, slog.String(attrKey, e.From), slog.String(attrOrigin, e.To), slog.String(attrReason, e.Reason))
+	if ctx, ok := s.On(slog.LevelInfo, e.Request); ok {
+		s.Log(ctx, slog.LevelInfo, slogevent.MsgFailover, e.Request, slog.String(slogevent.AttrKey, e.From), slog.String(slogevent.AttrOrigin, e.To), slog.String(slogevent.AttrReason, e.Reason))
 	}
 }
 
 func (s slogHooks) concurrencyChange(e ConcurrencyEvent) {
-	if ctx, ok := s.on(slog.LevelDebug, nil); ok {
-		s.log(ctx, slog.LevelDebug, msgConcLimit, nil, slog.String(attrKey, e.Host), slog.Int(attrLimFrom, e.From), slog.Int(attrLimit, e.Limit), slog.Int(attrInFlight, e.InFlight))
+	if ctx, ok := s.On(slog.LevelDebug, nil); ok {
+		s.Log(ctx, slog.LevelDebug, slogevent.MsgConcLimit, nil, slog.String(slogevent.AttrKey, e.Host), slog.Int(slogevent.AttrLimFrom, e.From), slog.Int(slogevent.AttrLimit, e.Limit), slog.Int(slogevent.AttrInFlight, e.InFlight))
 	}
 }
 
 func (s slogHooks) concurrencyRefuse(e ConcurrencyEvent) {
-	if ctx, ok := s.on(slog.LevelWarn, e.Request); ok {
-		s.log(ctx, slog.LevelWarn, msgConcRefuse, e.Request, slog.String(attrKey, e.Host), slog.Int(attrLimit, e.Limit), slog.Int(attrInFlight, e.InFlight), slog.Duration(attrWait, e.Waited))
+	if ctx, ok := s.On(slog.LevelWarn, e.Request); ok {
+		s.Log(ctx, slog.LevelWarn, slogevent.MsgConcRefuse, e.Request, slog.String(slogevent.AttrKey, e.Host), slog.Int(slogevent.AttrLimit, e.Limit), slog.Int(slogevent.AttrInFlight, e.InFlight), slog.Duration(slogevent.AttrWait, e.Waited))
 	}
 }

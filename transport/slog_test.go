@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sturdyhttp/sturdy/internal/slogevent"
 	"github.com/sturdyhttp/sturdy/policy"
 	"github.com/sturdyhttp/sturdy/ratelimit"
 )
@@ -27,47 +28,47 @@ func TestSlogHooks(t *testing.T) {
 	}{
 		{"attempt", func(h Hooks) {
 			h.OnAttempt(policy.AttemptEvent{Request: req, Attempt: 2, Status: 503, Duration: 1500 * time.Millisecond})
-		}, "DEBUG", map[string]any{"msg": msgAttempt, attrAttempt: 2.0, attrStatus: 503.0, attrDuration: 1.5e9}},
+		}, "DEBUG", map[string]any{"msg": slogevent.MsgAttempt, slogevent.AttrAttempt: 2.0, slogevent.AttrStatus: 503.0, slogevent.AttrDuration: 1.5e9}},
 		{"retry on error", func(h Hooks) {
 			h.OnRetry(policy.RetryEvent{Request: req, Attempt: 3, Wait: time.Second, Reason: "dial error", Err: errors.New("refused")})
-		}, "INFO", map[string]any{"msg": msgRetry, attrAttempt: 3.0, attrWait: 1e9, attrReason: "dial error", attrError: "refused"}},
+		}, "INFO", map[string]any{"msg": slogevent.MsgRetry, slogevent.AttrAttempt: 3.0, slogevent.AttrWait: 1e9, slogevent.AttrReason: "dial error", slogevent.AttrError: "refused"}},
 		{"give up", func(h Hooks) {
 			h.OnGiveUp(policy.GiveUpEvent{Request: req, Attempts: 4, Reason: "status 503, attempts exhausted", Status: 503})
-		}, "WARN", map[string]any{"msg": msgGiveUp, attrAttempts: 4.0, attrReason: "status 503, attempts exhausted", attrStatus: 503.0}},
+		}, "WARN", map[string]any{"msg": slogevent.MsgGiveUp, slogevent.AttrAttempts: 4.0, slogevent.AttrReason: "status 503, attempts exhausted", slogevent.AttrStatus: 503.0}},
 		{"breaker opens", func(h Hooks) { h.OnBreakerStateChange("https://api.test", BreakerClosed, BreakerOpen) },
-			"WARN", map[string]any{"msg": msgBreaker, attrKey: "https://api.test", attrFrom: "closed", attrTo: "open"}},
+			"WARN", map[string]any{"msg": slogevent.MsgBreaker, slogevent.AttrKey: "https://api.test", slogevent.AttrFrom: "closed", slogevent.AttrTo: "open"}},
 		{"breaker half-open", func(h Hooks) { h.OnBreakerStateChange("https://api.test", BreakerOpen, BreakerHalfOpen) },
-			"INFO", map[string]any{"msg": msgBreaker, attrKey: "https://api.test", attrFrom: "open", attrTo: "half-open"}},
+			"INFO", map[string]any{"msg": slogevent.MsgBreaker, slogevent.AttrKey: "https://api.test", slogevent.AttrFrom: "open", slogevent.AttrTo: "half-open"}},
 		{"rate limit wait", func(h Hooks) {
 			h.OnRateLimitWait(ratelimit.WaitEvent{Request: req, Key: "https://api.test:8443", Wait: 2 * time.Second, Reason: ratelimit.ReasonQuota})
-		}, "INFO", map[string]any{"msg": msgRateLimitWait, attrKey: "https://api.test:8443", attrWait: 2e9, attrReason: "quota"}},
+		}, "INFO", map[string]any{"msg": slogevent.MsgRateLimitWait, slogevent.AttrKey: "https://api.test:8443", slogevent.AttrWait: 2e9, slogevent.AttrReason: "quota"}},
 		{"rate limit reject", func(h Hooks) {
 			h.OnRateLimitReject(ratelimit.RejectEvent{Request: req, Key: "https://api.test:8443", Wait: time.Minute, Reason: ratelimit.ReasonRetryAfter})
-		}, "WARN", map[string]any{"msg": msgRateLimitReject, attrKey: "https://api.test:8443", attrWait: 6e10, attrReason: "retry-after"}},
+		}, "WARN", map[string]any{"msg": slogevent.MsgRateLimitReject, slogevent.AttrKey: "https://api.test:8443", slogevent.AttrWait: 6e10, slogevent.AttrReason: "retry-after"}},
 		{"hedge", func(h Hooks) {
 			h.OnHedge(policy.HedgeEvent{Request: req, Copy: 2, Elapsed: 40 * time.Millisecond})
-		}, "INFO", map[string]any{"msg": msgHedge, attrCopy: 2.0, attrElapsed: 4e7}},
+		}, "INFO", map[string]any{"msg": slogevent.MsgHedge, slogevent.AttrCopy: 2.0, slogevent.AttrElapsed: 4e7}},
 		{"hedge won", func(h Hooks) {
 			h.OnHedgeWon(policy.HedgeEvent{Request: req, Copy: 2, Elapsed: 55 * time.Millisecond, Status: 200})
-		}, "INFO", map[string]any{"msg": msgHedgeWon, attrCopy: 2.0, attrElapsed: 5.5e7, attrStatus: 200.0}},
+		}, "INFO", map[string]any{"msg": slogevent.MsgHedgeWon, slogevent.AttrCopy: 2.0, slogevent.AttrElapsed: 5.5e7, slogevent.AttrStatus: 200.0}},
 		{"copy canceled", func(h Hooks) {
 			h.OnCopyCanceled(policy.HedgeEvent{Request: req, Copy: 1, Elapsed: 55 * time.Millisecond})
-		}, "DEBUG", map[string]any{"msg": msgCopyCanceled, attrCopy: 1.0, attrElapsed: 5.5e7}},
+		}, "DEBUG", map[string]any{"msg": slogevent.MsgCopyCanceled, slogevent.AttrCopy: 1.0, slogevent.AttrElapsed: 5.5e7}},
 		{"throttle", func(h Hooks) {
 			h.OnThrottle(ThrottleEvent{Request: req, Host: "https://api.test:8443", Probability: 0.25})
-		}, "WARN", map[string]any{"msg": msgThrottle, attrKey: "https://api.test:8443", attrProb: 0.25}},
+		}, "WARN", map[string]any{"msg": slogevent.MsgThrottle, slogevent.AttrKey: "https://api.test:8443", slogevent.AttrProb: 0.25}},
 		{"concurrency limit", func(h Hooks) {
 			h.OnConcurrencyChange(ConcurrencyEvent{Host: "https://api.test:8443", From: 20, Limit: 18, InFlight: 20})
-		}, "DEBUG", map[string]any{"msg": msgConcLimit, attrKey: "https://api.test:8443", attrLimFrom: 20.0, attrLimit: 18.0, attrInFlight: 20.0}},
+		}, "DEBUG", map[string]any{"msg": slogevent.MsgConcLimit, slogevent.AttrKey: "https://api.test:8443", slogevent.AttrLimFrom: 20.0, slogevent.AttrLimit: 18.0, slogevent.AttrInFlight: 20.0}},
 		{"concurrency refuse", func(h Hooks) {
 			h.OnConcurrencyRefuse(ConcurrencyEvent{Request: req, Host: "https://api.test:8443", From: 12, Limit: 12, InFlight: 12, Waited: 30 * time.Millisecond})
-		}, "WARN", map[string]any{"msg": msgConcRefuse, attrKey: "https://api.test:8443", attrLimit: 12.0, attrInFlight: 12.0, attrWait: 3e7}},
+		}, "WARN", map[string]any{"msg": slogevent.MsgConcRefuse, slogevent.AttrKey: "https://api.test:8443", slogevent.AttrLimit: 12.0, slogevent.AttrInFlight: 12.0, slogevent.AttrWait: 3e7}},
 		{"address ejected", func(h Hooks) {
 			h.OnEject(EjectionEvent{Host: "api.test:8443", Address: "10.0.0.2", Failures: 5, Ejections: 2, Duration: time.Minute})
-		}, "WARN", map[string]any{"msg": msgEject, attrKey: "api.test:8443", attrPeer: "10.0.0.2", attrFailures: 5.0, attrEjected: 2.0, attrEjection: 6e10}},
+		}, "WARN", map[string]any{"msg": slogevent.MsgEject, slogevent.AttrKey: "api.test:8443", slogevent.AttrPeer: "10.0.0.2", slogevent.AttrFailures: 5.0, slogevent.AttrEjected: 2.0, slogevent.AttrEjection: 6e10}},
 		{"failover", func(h Hooks) {
 			h.OnFailover(FailoverEvent{Request: req, From: "https://api.test:8443", To: "https://eu.test", Reason: failoverOpen})
-		}, "INFO", map[string]any{"msg": msgFailover, attrKey: "https://api.test:8443", attrOrigin: "https://eu.test", attrReason: "circuit open"}},
+		}, "INFO", map[string]any{"msg": slogevent.MsgFailover, slogevent.AttrKey: "https://api.test:8443", slogevent.AttrOrigin: "https://eu.test", slogevent.AttrReason: "circuit open"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,8 +85,8 @@ func TestSlogHooks(t *testing.T) {
 			}
 			delete(got, "level")
 			want := tt.want
-			if want["msg"] != msgBreaker && want["msg"] != msgEject && want["msg"] != msgConcLimit { // every event but a breaker's, an ejection's and a limit's has a request
-				want[attrMethod], want[attrServer], want[attrPath] = "POST", "api.test:8443", "/v1/charges"
+			if want["msg"] != slogevent.MsgBreaker && want["msg"] != slogevent.MsgEject && want["msg"] != slogevent.MsgConcLimit { // every event but a breaker's, an ejection's and a limit's has a request
+				want[slogevent.AttrMethod], want[slogevent.AttrServer], want[slogevent.AttrPath] = "POST", "api.test:8443", "/v1/charges"
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("logged %v, want %v", got, want)

@@ -28,6 +28,45 @@ type Config struct {
 	OnChange func(e *Circuit, from, to State)
 }
 
+// The defaults of a Config's fields, documented on
+// transport.BreakerSettings.
+const (
+	DefaultConsecutive = 5
+	DefaultMinRequests = 20
+	DefaultRatio       = 0.8
+	DefaultWindow      = 10 * time.Second
+	DefaultCooldown    = 200 * time.Millisecond
+	DefaultHalfOpen    = 1
+)
+
+// WithDefaults returns c with its zero fields set to their defaults: a
+// zero Ratio is DefaultRatio, and one that is negative, above 1 or NaN
+// is never reached; a Window or Cooldown of zero or less is the default.
+func (c Config) WithDefaults() Config {
+	if c.Consecutive == 0 {
+		c.Consecutive = DefaultConsecutive
+	}
+	if c.MinRequests == 0 {
+		c.MinRequests = DefaultMinRequests
+	}
+	switch {
+	case c.Ratio == 0:
+		c.Ratio = DefaultRatio
+	case !(c.Ratio > 0 && c.Ratio <= 1): // negative, above 1, NaN
+		c.Ratio = math.Inf(1) // never reached
+	}
+	if c.Window <= 0 {
+		c.Window = DefaultWindow
+	}
+	if c.Cooldown <= 0 {
+		c.Cooldown = DefaultCooldown
+	}
+	if c.HalfOpen == 0 {
+		c.HalfOpen = DefaultHalfOpen
+	}
+	return c
+}
+
 // minStreakSpan is how long a busy host's run of failures must last to
 // open its breaker: a burst of failures that end within a few
 // milliseconds is one event, not evidence that the host is down.
