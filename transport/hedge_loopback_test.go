@@ -34,7 +34,9 @@ type hedgeServer struct {
 	maxStreams       uint32
 	payload          []byte
 	start            time.Time
-	events           []string // what the server saw, for a failure's message
+	events           []string                 // what the server saw, for a failure's message
+	hedgedCh         map[string]chan struct{} // closed when an op's second copy arrives
+	failedCh         map[string]chan struct{} // closed when an op's first copy has sent its failure
 	handlerCompleted atomic.Int64
 }
 
@@ -44,8 +46,20 @@ func (hs *hedgeServer) logf(format string, a ...any) {
 	hs.events = append(hs.events, fmt.Sprintf("%v ", time.Since(hs.start).Round(100*time.Microsecond))+fmt.Sprintf(format, a...))
 }
 
+// steps returns op's channels: closed when its second copy arrives, and
+// when its first copy has sent its failure.
+func (hs *hedgeServer) steps(op string) (hedged, failed chan struct{}) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.hedgedCh[op] == nil {
+		hs.hedgedCh[op], hs.failedCh[op] = make(chan struct{}), make(chan struct{})
+	}
+	return hs.hedgedCh[op], hs.failedCh[op]
+}
+
 func newHedgeServer(t *testing.T, h2 bool, maxStreams uint32, firstStatus int) *hedgeServer {
 	hs := &hedgeServer{seen: map[string]int{}, bodies: map[string][]string{}, served: map[string]bool{}, firstStatus: firstStatus,
+		hedgedCh: map[string]chan struct{}{}, failedCh: map[string]chan struct{}{},
 		payload: bytes.Repeat([]byte("x"), 64<<10), start: time.Now()}
 	hs.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer hs.handlerCompleted.Add(1)
@@ -58,12 +72,24 @@ func newHedgeServer(t *testing.T, h2 bool, maxStreams uint32, firstStatus int) *
 		hs.served[r.RemoteAddr] = true
 		hs.mu.Unlock()
 		hs.logf("op %s copy %d on %s", op, n, r.RemoteAddr)
+		hedged, failed := hs.steps(op)
+		if n == 2 {
+			close(hedged)
+		}
 		if n == 1 {
 			if hs.firstStatus != 0 {
-				time.Sleep(40 * time.Millisecond) // fails after the hedge is sent
+				// It fails once the hedge has arrived, however late a
+				// loaded machine sends it (before, it would be retried,
+				// not raced).
+				select {
+				case <-hedged:
+				case <-time.After(5 * time.Second):
+				}
 				w.Header().Set("Content-Type", "text/plain")
 				w.WriteHeader(hs.firstStatus)
 				w.Write(bytes.Repeat([]byte("e"), 4<<10))
+				http.NewResponseController(w).Flush()
+				close(failed)
 				return
 			}
 			hs.hung.Add(1)
@@ -75,7 +101,14 @@ func newHedgeServer(t *testing.T, h2 bool, maxStreams uint32, firstStatus int) *
 			return
 		}
 		if hs.firstStatus != 0 {
-			time.Sleep(100 * time.Millisecond) // the failed first copy is held while this one runs
+			// The failed first copy is held while this one runs: it
+			// answers well after the failure, which the race must have
+			// seen first however a loaded machine schedules the two.
+			select {
+			case <-failed:
+			case <-time.After(5 * time.Second):
+			}
+			time.Sleep(150 * time.Millisecond)
 		}
 		w.Write(hs.payload)
 	}))
