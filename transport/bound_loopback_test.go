@@ -92,6 +92,9 @@ func TestBoundErrorsOverLoopback(t *testing.T) {
 			t.Run(p.name+"/"+tc.name, func(t *testing.T) {
 				disconnected := make(chan struct{})
 				u, base := loopback(t, p.major, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/warm" {
+						return
+					}
 					defer close(disconnected)
 					rc := http.NewResponseController(w)
 					switch tc.handler {
@@ -121,6 +124,16 @@ func TestBoundErrorsOverLoopback(t *testing.T) {
 					rt = Chain(base, Deadline(limit))
 				}
 				c := &http.Client{Transport: rt}
+				// The connection is made first: a handshake that a loaded
+				// machine stretches past the limit would be cut before the
+				// request reached the handler, which would then never see
+				// the client go away.
+				if resp, err := (&http.Client{Transport: base}).Get(u + "/warm"); err != nil {
+					t.Fatal(err)
+				} else {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
 				start := time.Now()
 				resp, err := c.Get(u)
 				if err == nil {
