@@ -26,7 +26,8 @@ type SSEEvent struct {
 }
 
 // SSE is a step that answers 200 with a text/event-stream and sends
-// events one by one, each after its wait, flushing each. It stops when
+// events one by one, each after its wait, flushing each but the last,
+// which goes out with the end of the response. It stops when
 // the client goes away. The waits use timers, so a stream whose first
 // token takes seconds runs in microseconds in a synctest bubble.
 func SSE(events ...SSEEvent) Step {
@@ -36,7 +37,7 @@ func SSE(events ...SSEEvent) Step {
 		w.WriteHeader(http.StatusOK)
 		rc := http.NewResponseController(w)
 		rc.Flush()
-		for _, ev := range events {
+		for i, ev := range events {
 			if !sleep(r, ev.After) {
 				return
 			}
@@ -56,7 +57,13 @@ func SSE(events ...SSEEvent) Step {
 			if _, err := w.Write([]byte(b.String())); err != nil {
 				return
 			}
-			rc.Flush()
+			// The last event goes out as the handler returns, with the
+			// end of the response, as a server that is done sends it: a
+			// client that reads it and hangs up cannot race the handler's
+			// return and look like a client that left early.
+			if i < len(events)-1 {
+				rc.Flush()
+			}
 		}
 	})
 }
