@@ -298,7 +298,10 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 				// and the others go on at a slower pace, unless a second
 				// such 429 in a row says the host means it.
 				was := h.thr.rate
-				if h.thr.tooMany(now, sent, false) {
+				if h.thr.on(now) && h.thr.refusedAtRate(now) {
+					h.thr.quiet = later(h.thr.quiet, now.Add(min(until.Sub(now), maxOwnWait)))
+					h.cutsInRow++
+				} else if h.thr.tooMany(now, sent, false) {
 					if m, ok := h.thr.lastSecond(now); ok && was <= throttleNear*m {
 						// The cap was about what the host accepts: the
 						// requests let through within the Retry-After (a
@@ -349,7 +352,7 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 		// throttle.probeRefused), or, without such a measure, the cut
 		// answers it. Only a 429 with nothing learned yet, or from a
 		// limiter that counts its refusals, pauses the host.
-		if h.thr.on(now) && h.countsRefusals.IsZero() && (h.thr.grow != growGuess || h.thr.nearMeasure(now)) {
+		if h.thr.on(now) && h.countsRefusals.IsZero() {
 			h.thr.probeRefused(now, sent)
 			break
 		}

@@ -12,9 +12,14 @@ type pacer struct {
 	interval time.Duration
 	next     time.Time // the next free slot
 	epoch    uint32    // counts restarts
+	// low is the lowest rate set since the throttle's anchor (0: none).
+	low float64
 }
 
 func (p *pacer) setRate(r float64) {
+	if p.low == 0 || r < p.low {
+		p.low = r
+	}
 	p.interval = time.Duration(float64(time.Second) / r)
 }
 

@@ -54,6 +54,21 @@ const (
 	// guessTail is how soon after a guess another 429 is taken for the
 	// tail of the release that the guess measured, not for the limit.
 	guessTail = 100 * time.Millisecond
+	// refusalSpan is the shortest span between two 429s that measures
+	// the host's rate (see refusal).
+	refusalSpan = 500 * time.Millisecond
+	// guessAhead is how far above the successes of the last second a
+	// guess may grow, and guessStep how much it grows a success: a
+	// guess finds the limit from below within a second or two, as TCP's
+	// slow start does.
+	guessAhead = 1.5
+	guessStep  = 1.5
+	// drainSlots is how many slots of the pace a refused probe leaves
+	// empty.
+	drainSlots = 4
+	// throttleApproach is the share of the gap to the ceiling a cap
+	// closes a second, at full use.
+	throttleApproach = 1.0
 	// throttleForget is how long a cap that is not a measure lasts
 	// without a 429.
 	throttleForget = 10 * time.Second
@@ -107,6 +122,14 @@ type throttle struct {
 	// burst is the successes of the first burst: those the host had in
 	// the second before it had state (see firstBursts).
 	burst int
+	// ceiling is the rate of the last guess a 429 refused: the host's
+	// rate is below it. A cap cut from a guess grows back toward it
+	// quickly, then slowly near it (see success).
+	ceiling float64
+	// anchor is when a 429 found the host's bucket full, and okAt the
+	// successes counted then (see refusal).
+	anchor time.Time
+	okAt   int
 }
 
 // okRing is how many successes the throttle remembers: a second's worth
@@ -198,15 +221,21 @@ func (t *throttle) success(now, sent time.Time) {
 	switch {
 	case !on:
 	case t.grow == growGuess:
-		if !unused {
-			t.rate++
+		if !ok || t.rate < guessAhead*m {
+			t.rate += guessStep
 			t.pace.setRate(t.rate)
 		}
 	case t.grow == growAIMD:
 		if t.plateau > 0 && t.rate+throttleGrowth >= t.plateau {
 			t.hold(now)
 		} else if !unused {
-			t.rate += throttleGrowth
+			g := throttleGrowth
+			if c := t.ceiling * throttleBelow; c > t.rate {
+				// Far below the rate the last guess was refused at: the
+				// host's rate lies between; close a share of the gap.
+				g = max(g, throttleApproach*(c-t.rate)/t.rate)
+			}
+			t.rate += g
 			t.pace.setRate(t.rate)
 		}
 	}
@@ -292,6 +321,7 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 			r = min(r, m)
 		}
 		grow := uint8(growAIMD)
+		t.ceiling = t.rate
 		if t.grow == growGuess && now.Sub(t.cut) < guessTail {
 			// A guess cut again at once: the guess was what a pause and
 			// its release let through, not the host's limit, and this
@@ -316,6 +346,10 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 // 429 cuts as tooMany does. Either way the requests let through within
 // a pause's length meet the excess it found: their 429s change nothing.
 func (t *throttle) probeRefused(now, sent time.Time) {
+	if t.refusedAtRate(now) {
+		t.quiet = later(t.quiet, now.Add(throttlePause))
+		return
+	}
 	if sent.Before(t.cut) || sent.Before(t.quiet) {
 		t.last429 = now
 		return
@@ -328,7 +362,60 @@ func (t *throttle) probeRefused(now, sent time.Time) {
 	} else {
 		t.tooMany(now, sent, false)
 	}
+	t.skip(now)
 	t.quiet = later(t.quiet, now.Add(throttlePause))
+}
+
+// skip leaves a few slots of the pace empty from now, so that a
+// limiter whose bucket the refused probe found full (nginx's nodelay)
+// drains that many before the next request: a probe costs the probe and
+// those slots, not a pause.
+func (t *throttle) skip(now time.Time) {
+	if t.pace.interval > 0 {
+		t.pace.restart(now.Add(drainSlots * t.pace.interval))
+	}
+}
+
+// refusedAtRate records a 429 at now while a learned rate is in force,
+// and reports whether it measured the host's rate (see refusal): the cap
+// then holds just under it, and the pace leaves drainSlots empty.
+func (t *throttle) refusedAtRate(now time.Time) bool {
+	r, ok := t.refusal(now)
+	if !ok || t.rate == 0 {
+		return false
+	}
+	t.last429, t.cut, t.drain = now, now, drain{}
+	t.plateau = max(min(t.rate, r)*throttleBelow, minThrottleRate)
+	t.hold(now)
+	t.skip(now)
+	return true
+}
+
+// refusal records a 429 at now and returns the rate the host accepted
+// since an earlier 429, when that measures the host's rate: a 429 finds
+// a limiter's bucket full (nginx's nodelay refuses only then), so
+// between two 429s with no pause between and a cap never below what was
+// accepted (the client sent at least that much all along, so the bucket
+// never emptied), the limiter accepted exactly its rate. The span must
+// be refusalSpan at least (a few requests give a coarse measure), and
+// throttleForget at most.
+func (t *throttle) refusal(now time.Time) (float64, bool) {
+	span := now.Sub(t.anchor)
+	if !t.anchor.IsZero() && !t.anchor.Before(t.resumed) && span < refusalSpan {
+		return 0, false // too soon to measure: keep the anchor
+	}
+	n, low := t.nok-t.okAt, t.pace.low
+	valid := !t.anchor.IsZero() && !t.anchor.Before(t.resumed) && span <= throttleForget
+	t.anchor, t.okAt = now, t.nok
+	t.pace.low = t.rate
+	if !valid || n < throttleEvenN {
+		return 0, false
+	}
+	r := float64(n) / span.Seconds()
+	if low > 0 && low < r {
+		return 0, false // the client sent less than that at times
+	}
+	return r, true
 }
 
 // nearMeasure reports whether the cap in force is about what the host

@@ -274,18 +274,19 @@ func TestThrottleAdoptAndPausedSecond(t *testing.T) {
 // took, not its limit. A second 429 at once (within guessTail: the tail
 // of the same release) cuts it, and the cap keeps doubling at full use;
 // a later cut says the rate is near the limit, and it grows slowly from
-// there.
+// there: back toward the rate the 429 refused (quickly far below it,
+// slowly near it), never above 97% of it.
 func TestThrottleSecondCutWithinAGuessKeepsProbing(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name      string
 		secondCut time.Duration // after the guess
 		wantMin   float64       // the cap a second after the second cut, as a multiple of the cap it set
-		wantMax   float64
+		wantMax   float64       // 0: throttleBelow·the rate the second 429 refused
 	}{
 		{"second cut 50 ms after the guess", 50 * time.Millisecond, 1.5, math.Inf(1)},
-		{"second cut 300 ms after the guess", 300 * time.Millisecond, 1, 1.1},
-		{"second cut 1.5 s after the guess", 1500 * time.Millisecond, 1, 1.1},
+		{"second cut 300 ms after the guess", 300 * time.Millisecond, 1, 0},
+		{"second cut 1.5 s after the guess", 1500 * time.Millisecond, 1, 0},
 	} {
 		var th throttle
 		// A second of history at 20/s, then the guess.
@@ -301,16 +302,75 @@ func TestThrottleSecondCutWithinAGuessKeepsProbing(t *testing.T) {
 			th.success(now, now)
 		}
 		cut := guess.Add(tc.secondCut)
+		refused := th.rate
 		if !th.tooMany(cut, cut, false) {
 			t.Fatalf("%s: the second 429 did not cut", tc.name)
 		}
 		r0 := th.rate
+		if tc.wantMax == 0 {
+			tc.wantMax = throttleBelow * refused / r0
+		}
 		for now = cut; now.Before(cut.Add(time.Second)); {
 			now = now.Add(time.Duration(float64(time.Second) / th.rate))
 			th.success(now, now)
 		}
 		if got := th.rate / r0; got < tc.wantMin || got > tc.wantMax {
 			t.Errorf("%s: cap %.1f/s a second after the cut set it to %.1f/s (×%.2f), want ×%.1f to ×%v", tc.name, th.rate, r0, got, tc.wantMin, tc.wantMax)
+		}
+	}
+}
+
+// TestThrottleRefusalsMeasureTheRate: nginx's nodelay refuses only when
+// its bucket is full, so what it accepted between two 429s, while the
+// client sent above that all along, is its rate, whatever its burst: the
+// second 429 holds the cap just under it. A cap that went below what
+// was accepted, a pause between, or 429s too close together measure
+// nothing.
+func TestThrottleRefusalsMeasureTheRate(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		cap    float64       // the cap in force between the 429s
+		span   time.Duration // between them
+		paused bool          // a pause ended between them
+		want   float64       // the cap after the second; 0: unchanged
+	}{
+		{"a cap above the limit", 25, time.Second, false, 20 * throttleBelow},
+		{"a cap just above the limit, 600 ms", 21, 600 * time.Millisecond, false, 20 * throttleBelow},
+		{"too close together", 25, 200 * time.Millisecond, false, 0},
+		{"a cap below what was accepted", 18, time.Second, false, 0},
+		{"a pause between", 25, time.Second, true, 0},
+	} {
+		var th throttle
+		th.rate, th.grow, th.last429 = tc.cap, growAIMD, t0
+		th.pace.setRate(th.rate)
+		if th.refusedAtRate(t0) {
+			t.Fatalf("%s: the first 429 measured a rate", tc.name)
+		}
+		// The limiter accepts 20 a second (plus its burst of 5 at once
+		// when it was not full: it was).
+		n := int(20 * tc.span.Seconds())
+		for i := 1; i <= n; i++ {
+			at := t0.Add(time.Duration(i) * tc.span / time.Duration(n))
+			th.oks[th.nok%okRing] = at
+			th.nok++
+		}
+		if tc.paused {
+			th.resumed = t0.Add(tc.span / 2)
+		}
+		end := t0.Add(tc.span)
+		got := th.refusedAtRate(end)
+		if tc.want == 0 {
+			if got || th.rate != tc.cap {
+				t.Errorf("%s: measured %v, cap %.2f, want no measure, cap %.2f", tc.name, got, th.rate, tc.cap)
+			}
+			continue
+		}
+		if !got || math.Abs(th.rate-tc.want) > 0.01 || th.grow != growHeld {
+			t.Errorf("%s: measured %v, cap %.2f (grow %d), want a measure, cap %.2f held", tc.name, got, th.rate, th.grow, tc.want)
+		}
+		if next := th.pace.reserve(end); next.Before(end.Add(drainSlots * th.pace.interval)) {
+			t.Errorf("%s: next slot %v after the 429, want %d intervals (%v)", tc.name, next.Sub(end), drainSlots, drainSlots*th.pace.interval)
 		}
 	}
 }
