@@ -299,6 +299,8 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 				// such 429 in a row says the host means it.
 				was := h.thr.rate
 				if h.thr.on(now) && h.thr.refusedAtRate(now) {
+					// What the host accepted since an earlier 429
+					// measures its rate: the cap holds under it.
 					h.thr.quiet = later(h.thr.quiet, now.Add(min(until.Sub(now), maxOwnWait)))
 					h.cutsInRow++
 				} else if h.thr.tooMany(now, sent, false) {
@@ -346,9 +348,10 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 			h.held++
 			break
 		}
-		// A request sent at a learned rate and refused probed above the
-		// host's rate: it costs the probe, not a pause. The rate the
-		// host accepted over the last second holds the host (see
+		// A request sent at a learned rate (a guess too) and refused
+		// probed above the host's rate: it costs the probe and a few
+		// slots of the pace, not a pause. What the host accepted since
+		// an earlier 429, or over the last second, holds the host (see
 		// throttle.probeRefused), or, without such a measure, the cut
 		// answers it. Only a 429 with nothing learned yet, or from a
 		// limiter that counts its refusals, pauses the host.

@@ -23,11 +23,19 @@ import (
 // Without a measure, the rate is learned as TCP does: the first 429
 // caps the host at a guess (the successes of the last second less
 // throttleCut, or DefaultReleaseRate without a second of history) that
-// grows by one request a second per success (it doubles every second at
-// full use); each later 429 cuts the rate by throttleCut, and each
-// success raises it by throttleGrowth (about 5% a second at full use),
-// up to the plateau of the last measure if there is one. Such a cap goes
-// after throttleForget without a 429.
+// grows by guessStep requests a second per success while it is under
+// guessAhead times the successes of the last second; each later 429
+// cuts the rate by throttleCut, and each success raises it by
+// throttleGrowth (about 5% a second at full use), or by throttleApproach
+// of the gap to throttleBelow·the rate the 429 refused when that is
+// more, up to the plateau of the last measure if there is one. Such a
+// cap goes after throttleForget without a 429.
+//
+// A limiter that refuses only the excess (nginx's nodelay) refuses when
+// its bucket is full: what it accepted between two 429s, with no pause
+// between and a cap never below it, is its rate (see refusal), a
+// measure held as the drain's is. A refused probe costs the probe and
+// drainSlots slots of the pace, not a pause.
 //
 // A 429 of a request sent before the last cut says nothing new. 429s
 // with Retry-After pause the host as asked and teach the rate as well,

@@ -68,14 +68,21 @@ import (
 //     to find out whether the limit was raised, and goes once it has
 //     doubled (thirty seconds after the last 429). Without such a
 //     measure, a 429 that gives no hint (no Retry-After, no exhausted
-//     quota) caps the host at a guess that doubles every second until
-//     the next 429, and each later 429 cuts the rate by a tenth, which
-//     then grows by about 5% a second (additive increase, multiplicative
-//     decrease); that cap goes after ten seconds without a 429. A 429
-//     with Retry-After caps the host with a guess only from the second
-//     one. A 429 that gives no hint also pauses the host for a quarter
-//     of a second. A paced request woken up more than three intervals
-//     late takes a new slot rather than go in a burst.
+//     quota) caps the host at a guess that grows by 1.5 a second per
+//     success while it is used, until the next 429, and each later 429
+//     cuts the rate by a tenth, which then grows back toward the rate
+//     the 429 refused (quickly far below it, by about 5% a second near
+//     it); that cap goes after ten seconds without a 429. Two 429s at
+//     least half a second apart, with no pause between and a cap never
+//     below what the host accepted between them, measure its rate (a
+//     limiter that refuses only the excess refuses when its bucket is
+//     full): the host is then paced at 97% of it, as above. A 429 with
+//     Retry-After caps the host with a guess only from the second one.
+//     A 429 that gives no hint pauses the host for a quarter of a
+//     second only when nothing was learned yet; a later one costs the
+//     probe and four slots of the pace. A paced request woken up more
+//     than three intervals late takes a new slot rather than go in a
+//     burst.
 //
 // A wait that cannot end before the request's context deadline or
 // [Options.MaxWait] is not started: Reserve returns a [*QuotaError] at
