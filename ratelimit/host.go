@@ -298,12 +298,17 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 				// and the others go on at a slower pace, unless a second
 				// such 429 in a row says the host means it.
 				was := h.thr.rate
-				if h.thr.on(now) && h.thr.refusedAtRate(now) {
-					// What the host accepted since an earlier 429
-					// measures its rate: the cap holds under it.
+				switch {
+				case h.thr.on(now) && (h.thr.refusedAtRate(now) || !sent.Before(h.thr.cut) && !sent.Before(h.thr.quiet) && h.thr.heldNear(now)):
+					// What the host accepted since an earlier 429, or
+					// over the last second when the cap was about that,
+					// measures its rate: the cap holds under it, and
+					// the requests let through within the Retry-After
+					// (a second at most) meet the excess this 429
+					// answered: their 429s cut no further.
 					h.thr.quiet = later(h.thr.quiet, now.Add(min(until.Sub(now), maxOwnWait)))
 					h.cutsInRow++
-				} else if h.thr.tooMany(now, sent, false) {
+				case h.thr.tooMany(now, sent, false):
 					if m, ok := h.thr.lastSecond(now); ok && was <= throttleNear*m {
 						// The cap was about what the host accepts: the
 						// requests let through within the Retry-After (a
@@ -312,6 +317,9 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 						h.thr.quiet = now.Add(min(until.Sub(now), maxOwnWait))
 					}
 					h.cutsInRow++
+				}
+				if h.thr.on(now) {
+					h.thr.skip(now) // the bucket it found full drains a little
 				}
 				if h.cutsInRow < excessCutsInRow {
 					break

@@ -69,7 +69,7 @@ const (
 	// guess may grow, and guessStep how much it grows a success: a
 	// guess finds the limit from below within a second or two, as TCP's
 	// slow start does.
-	guessAhead = 1.5
+	guessAhead = 2
 	guessStep  = 1.5
 	// drainSlots is how many slots of the pace a refused probe leaves
 	// empty.
@@ -360,14 +360,10 @@ func (t *throttle) probeRefused(now, sent time.Time) {
 	}
 	if sent.Before(t.cut) || sent.Before(t.quiet) {
 		t.last429 = now
+		t.skip(now)
 		return
 	}
-	if t.nearMeasure(now) {
-		m, _ := t.lastSecond(now)
-		t.last429, t.cut, t.drain = now, now, drain{}
-		t.plateau = max(min(t.rate, m)*throttleBelow, minThrottleRate)
-		t.hold(now)
-	} else {
+	if !t.heldNear(now) {
 		t.tooMany(now, sent, false)
 	}
 	t.skip(now)
@@ -424,6 +420,20 @@ func (t *throttle) refusal(now time.Time) (float64, bool) {
 		return 0, false // the client sent less than that at times
 	}
 	return r, true
+}
+
+// heldNear holds the cap just under what the host accepted over the
+// last second when the cap in force was about that (see nearMeasure),
+// and reports whether it did.
+func (t *throttle) heldNear(now time.Time) bool {
+	if !t.nearMeasure(now) {
+		return false
+	}
+	m, _ := t.lastSecond(now)
+	t.last429, t.cut, t.drain = now, now, drain{}
+	t.plateau = max(min(t.rate, m)*throttleBelow, minThrottleRate)
+	t.hold(now)
+	return true
 }
 
 // nearMeasure reports whether the cap in force is about what the host

@@ -233,7 +233,7 @@ var simMisses = map[string]simMiss{
 	"nginx limit_req burst=5, Retry-After: 1 at 100 r/s": {
 		"the first second: the first 429's pause is held whole, then the drain measures the pace", 0.85, 3},
 	"nginx limit_req burst=5 nodelay at 20 r/s": {
-		"the first burst's 429s (about 19, nothing known yet) are 4.6% of attempts; the guess after them and the measure take one or two more", 0.95, 5.5},
+		"the first burst's 429s (about 19, nothing known yet) are 4.6% of attempts; the guess after them and the measure take one to three more", 0.95, 6},
 	"nginx limit_req burst=5 nodelay at 100 r/s": {
 		"the guess grows from 20/s to the limit over a second or two (nginx's first burst, its burst of 5, says nothing of its rate)", 0.88, 3},
 	"nginx limit_req burst=5 nodelay, Retry-After: 1 at 20 r/s": {
