@@ -40,10 +40,8 @@ import (
 //     quota's routes wait, as above, and the host's others go on.) The requests held are then let go at the rate
 //     the host was measured to accept (below), or else spread over at
 //     most a second, at the host's known rate (20 a second when unknown),
-//     in a spread whose end is fixed when the pause ends (or that ends
-//     when the host first shows it refuses only the excess, below: the
-//     rest go at a guess that grows); requests that come later go at
-//     once. A pause lasts as long as the server asked,
+//     in a spread whose end is fixed when the pause ends; requests that
+//     come later go at once. A pause lasts as long as the server asked,
 //     never longer, and at most [Options.MaxPause] (a minute): a longer
 //     ask, or a spent quota whose reset is further away, holds the host
 //     (or the quota's routes) that long, then lets a request ask again.
