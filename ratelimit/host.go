@@ -379,23 +379,10 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 				// host refused with a Retry-After: the host refuses
 				// the excess, not every request. A pause that 429 set
 				// ends now; the pace learned from 429s holds the host.
-				first := !h.excessOnly(now)
 				h.excess, h.cutsInRow = now, 0
 				if now.Before(h.pause) && h.cause.status == http.StatusTooManyRequests {
 					h.pause, h.thr.resumed = now, now
 					h.thr.pace.restart(now)
-				}
-				if first && h.thr.rate == 0 && now.Sub(h.pause) < maxOwnWait {
-					// The first such evidence, with nothing learned: the
-					// requests the pause held go at a guess that grows
-					// while the host accepts it, not in a spread fixed
-					// at the release rate.
-					r := h.releaseRate(h.counting(route))
-					if h.release.of.Equal(h.pause) && h.release.interval > 0 {
-						r = max(r, float64(time.Second)/float64(h.release.interval))
-					}
-					h.thr.guess(now, r)
-					h.release = spread{of: h.pause, end: now, next: now}
 				}
 			}
 			if !sent.Before(h.bare.end) {

@@ -347,12 +347,6 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 	return true
 }
 
-// guess caps the rate at r, a guess that grows while it is used.
-func (t *throttle) guess(now time.Time, r float64) {
-	t.rate, t.grow, t.last429 = max(r, minThrottleRate), growGuess, now
-	t.pace.setRate(t.rate)
-}
-
 // probeRefused records a 429 of a request let through at sent while a
 // learned rate is in force: a probe above the host's rate. When the cap
 // was about what the host accepted over the last second, that is the
