@@ -465,50 +465,6 @@ func TestSmallFirstBurstNotHeld(t *testing.T) {
 	})
 }
 
-// The first evidence that a host refuses only the excess (a request let
-// through after a refused one, accepted) ends the spread its pause's
-// requests were released in: they go at a guess from the spread's rate
-// that grows while the host accepts it, so that a host whose limit is
-// far above the release rate is not held to it for a second.
-func TestExcessShownEndsTheReleaseSpread(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tr := NewTracker(Options{})
-		u := "https://api.example.com/v1/items"
-		tooMany := &http.Response{StatusCode: 429, Header: hdr("Retry-After", "1")}
-		ok := &http.Response{StatusCode: 200, Header: http.Header{}}
-		// A first burst of 40, nothing known: all refused.
-		var first []Reservation
-		for range 40 {
-			res, err := tr.Reserve(newReq(t, nil, u))
-			if err != nil {
-				t.Fatalf("Reserve = %v", err)
-			}
-			first = append(first, res)
-		}
-		time.Sleep(time.Millisecond)
-		for i := range first {
-			first[i].Settle(tooMany)
-		}
-		time.Sleep(time.Second) // the pause as asked
-		res, err := tr.Reserve(newReq(t, nil, u))
-		if err != nil {
-			t.Fatalf("Reserve = %v", err)
-		}
-		time.Sleep(time.Millisecond)
-		res.Settle(ok) // let through after the refused ones: accepted
-		st := tr.slot.Peek(tr.key(newReq(t, nil, u)))
-		st.mu.Lock()
-		rate, grow, spreadEnd := st.thr.rate, st.thr.grow, st.release.end
-		st.mu.Unlock()
-		if rate < 39 || grow != growGuess {
-			t.Errorf("after the evidence: cap %.1f/s (grow %d), want a guess of at least the spread's 40/s", rate, grow)
-		}
-		if spreadEnd.After(time.Now()) {
-			t.Errorf("the release spread ends in %v, want it ended", spreadEnd.Sub(time.Now()))
-		}
-	})
-}
-
 // A 429 without Retry-After to a request sent at a guess (a cap learned
 // from an earlier 429) probed above the host's rate: it costs the probe
 // and a few slots of the pace, not a pause of the host.

@@ -234,12 +234,10 @@ var simMisses = map[string]simMiss{
 		"the first second: the first 429's pause is held whole, then the drain measures the pace", 0.85, 3},
 	"nginx limit_req burst=5 nodelay at 20 r/s": {
 		"the first burst's 429s (about 19, nothing known yet) are 4.6% of attempts; the guess after them and the measure take one to three more", 0.95, 6},
-	"nginx limit_req burst=5 nodelay at 100 r/s": {
-		"the guess grows from 20/s to the limit over a second or two (nginx's first burst, its burst of 5, says nothing of its rate)", 0.88, 3},
 	"nginx limit_req burst=5 nodelay, Retry-After: 1 at 20 r/s": {
-		"the first burst's 429s (about 19, nothing known yet), then the guess's probes until two 429s measure the rate", 0.9, 7},
+		"the first burst's 429s (about 19, nothing known yet), then the guess's probes until two 429s measure the rate", 0.9, 6.5},
 	"nginx limit_req burst=5 nodelay, Retry-After: 1 at 100 r/s": {
-		"the first Retry-After is held for the host (nothing known yet), then the guess grows to the limit over seconds", 0.89, 3},
+		"the first Retry-After is held for the host (nothing known yet), and its requests are released at 20-40 a second; the guess then reaches the limit in about two seconds", 0.89, 2},
 }
 
 func simRows() []simRow {
