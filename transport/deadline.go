@@ -2,12 +2,13 @@ package transport
 
 import (
 	"context"
-	"errors"
-	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"io"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/sturdyhttp/sturdy/internal/respbody"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 )
 
 // Deadline returns a middleware that bounds everything beneath it to d. The
@@ -174,36 +175,7 @@ type cancelBodyRW struct {
 func (b *cancelBodyRW) Write(p []byte) (int, error) { return b.wc.Write(p) }
 
 // CloseWrite half-closes the upgraded connection.
-func (b *cancelBodyRW) CloseWrite() error { return closeWrite(b.wc) }
-
-// cancel ends a hedge copy's context as canceled, unless it has ended.
-func (op *boundOp) cancel() { op.w.Release() }
-
-// hold hands back an outcome of a hedge copy sent with op's context, and
-// keeps that context until the response's body is done with: it is
-// released at once on error or for a response without a body, else when
-// the body is read to EOF or closed.
-func (op *boundOp) hold(resp *http.Response, err error) (*http.Response, error) {
-	w := &op.w
-	if err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody {
-		w.Release()
-		return resp, err
-	}
-	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		resp.Body = &boundBodyRW{boundBody{rc: rw, w: w}, rw}
-		return resp, nil
-	}
-	op.body = boundBody{rc: resp.Body, w: w}
-	resp.Body = &op.body
-	return resp, nil
-}
-
-func closeWrite(w io.Writer) error {
-	if cw, ok := w.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
-}
+func (b *cancelBodyRW) CloseWrite() error { return respbody.CloseWrite(b.wc) }
 
 // newLimits returns the limits of a bound named name: d and idle (0 or
 // less: none), each with the *DeadlineError that names it.

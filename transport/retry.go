@@ -1,18 +1,18 @@
 package transport
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"github.com/sturdyhttp/sturdy/internal/reqbody"
-	"github.com/sturdyhttp/sturdy/internal/timecut"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sturdyhttp/sturdy/internal/reqbody"
+	"github.com/sturdyhttp/sturdy/internal/respbody"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 
 	"github.com/sturdyhttp/sturdy/internal/connwatch"
 	"github.com/sturdyhttp/sturdy/internal/hosts"
@@ -315,7 +315,7 @@ func (o *retryRun) decide(r *http.Request, resp *http.Response, err error) (poli
 	c := o.c
 	var problem *policy.Problem
 	if err == nil && o.ctx.Err() == nil {
-		problem = readProblem(resp, c.probLimit, idleCut(o.ctx))
+		problem = respbody.ReadProblem(resp, c.probLimit, idleCut(o.ctx))
 	}
 	now := time.Now()
 	o.fastest = fastestAnswer(o.ctx, o.fastest, o.start, now, err)
@@ -417,7 +417,7 @@ func (o *retryRun) wait(step policy.Step, now time.Time, resp *http.Response, er
 		c.onRetry(e)
 	}
 	if resp != nil {
-		drain(watchIdle(resp.Body, idleCut(o.ctx)))
+		respbody.Drain(respbody.WatchIdle(resp.Body, idleCut(o.ctx)))
 	}
 	// The wait runs from the decision, which found that it ends inside
 	// the deadline: the time spent since (draining a slow error body,
@@ -545,55 +545,3 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return context.Cause(ctx)
 	}
 }
-
-// drain reads what is left of a body, up to drainLimit, and closes it, so
-// that its connection can be reused.
-func drain(body io.ReadCloser) {
-	if body == nil {
-		return
-	}
-	io.CopyN(io.Discard, body, drainLimit)
-	body.Close()
-}
-
-// readProblem reads up to limit bytes of an RFC 9457 problem body and
-// parses them. The body is put back so the caller reads it whole; with
-// idleCut, it is read, here and after, with that stall cut.
-func readProblem(resp *http.Response, limit int64, idleCut *timecut.Watch) *policy.Problem {
-	if limit < 0 || resp.Body == nil || resp.Body == http.NoBody {
-		return nil
-	}
-	ct := resp.Header.Get("Content-Type")
-	if !policy.IsProblem(ct) {
-		return nil
-	}
-	// Preallocate what will be read, but no more than the default limit:
-	// a huge limit (or a huge Content-Length under it) must not be
-	// allocated up front.
-	size := min(limit, policy.DefaultMaxProblemBody)
-	if resp.ContentLength >= 0 && resp.ContentLength < size {
-		size = resp.ContentLength
-	}
-	var buf bytes.Buffer
-	buf.Grow(int(size) + bytes.MinRead)
-	body := watchIdle(resp.Body, idleCut)
-	_, rerr := buf.ReadFrom(io.LimitReader(body, limit))
-	data := buf.Bytes()
-	resp.Body = &prefixedBody{Reader: io.MultiReader(bytes.NewReader(data), body), body: body}
-	if rerr != nil {
-		return nil
-	}
-	p, err := policy.ParseProblem(ct, data)
-	if err != nil {
-		return nil
-	}
-	return p
-}
-
-// prefixedBody gives back a body whose first bytes were read already.
-type prefixedBody struct {
-	io.Reader
-	body io.ReadCloser
-}
-
-func (b *prefixedBody) Close() error { return b.body.Close() }
