@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -128,54 +127,9 @@ func (t *bound) hard(req *http.Request) (*http.Response, error) {
 		cancel()
 		return resp, err
 	}
-	b := &cancelBody{rc: resp.Body, ctx: ctx, cancel: cancel, cut: t.l.DlErr}
-	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		// net/http stops watching the context after a 101: the deadline
-		// closes the connection itself.
-		context.AfterFunc(ctx, func() { rw.Close() })
-		resp.Body = &cancelBodyRW{cancelBody: b, wc: rw}
-		return resp, nil
-	}
-	resp.Body = b
+	resp.Body = respbody.Cancel(ctx, resp, cancel, t.l.DlErr)
 	return resp, nil
 }
-
-// cancelBody releases a context when its body is read to the end or
-// closed; an error after the context's deadline is the deadline's.
-type cancelBody struct {
-	rc     io.ReadCloser
-	ctx    context.Context
-	cancel context.CancelFunc
-	cut    error // the cause the context ends with at its deadline
-}
-
-func (b *cancelBody) Read(p []byte) (int, error) {
-	n, err := b.rc.Read(p)
-	if err != nil {
-		if err != io.EOF && context.Cause(b.ctx) == b.cut {
-			err = b.cut
-		}
-		b.cancel()
-	}
-	return n, err
-}
-
-func (b *cancelBody) Close() error {
-	err := b.rc.Close()
-	b.cancel()
-	return err
-}
-
-// cancelBodyRW is a cancelBody over an upgraded connection.
-type cancelBodyRW struct {
-	*cancelBody
-	wc io.Writer
-}
-
-func (b *cancelBodyRW) Write(p []byte) (int, error) { return b.wc.Write(p) }
-
-// CloseWrite half-closes the upgraded connection.
-func (b *cancelBodyRW) CloseWrite() error { return respbody.CloseWrite(b.wc) }
 
 // newLimits returns the limits of a bound named name: d and idle (0 or
 // less: none), each with the *DeadlineError that names it.

@@ -138,7 +138,7 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 	if rc := op.retryConfig(); rc != nil && rc.budget != nil && (budget == nil || budget == rc.budget) {
 		budget = rc.budget // the Retry above counted the operation in it
 	} else if budget != nil {
-		budget.request(req.URL, timecut.Of(h.Start))
+		budget.Request(req.URL, timecut.Of(h.Start))
 	}
 	s := policy.HedgeStart{SafeToResend: policy.SafeToResend(req, c.KeyHeader), DelayKnown: true, Replayable: true}
 	if t.lat != nil && s.SafeToResend {
@@ -168,7 +168,7 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	h.Body = &body
 	if budget != nil {
-		h.Budget = func(now time.Time) bool { return budget.retry(req.URL, timecut.Of(now)) }
+		h.Budget = func(now time.Time) bool { return budget.Retry(req.URL, timecut.Of(now)) }
 	}
 	h.Refused = func(at time.Time) error { return op.hedgeRefusedAt(req, at) }
 	h.Scope = func(ctx context.Context, i int) context.Context {
