@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sturdyhttp/sturdy/internal/hedge"
-	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
 
 	"github.com/sturdyhttp/sturdy/policy"
@@ -70,6 +69,7 @@ func hedgeMiddleware(h policy.Hedge, budget retryBudget) Middleware {
 			OnWon:       h.OnHedgeWon,
 			OnCancel:    h.OnCopyCanceled,
 			NilResponse: errNilResponse,
+			HostKey:     HostKey,
 		},
 		fixed:    h.Delay,
 		floor:    h.DelayFloor(),
@@ -112,6 +112,21 @@ func (t *hedger) out(req *http.Request, resp *http.Response, err error) (*http.R
 
 func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
 
+// The operation is the [hedge.Stack] of its Hedge's race.
+
+// HedgeRefused is hedgeRefusedAt.
+func (op *operation) HedgeRefused(r *http.Request, at time.Time) error {
+	return op.hedgeRefusedAt(r, at)
+}
+
+// Copy returns ctx marked as the context of hedge copy i.
+func (op *operation) Copy(ctx context.Context, i int) context.Context {
+	return withScope(ctx, func(s *scope) { s.copy = i })
+}
+
+// AttemptOf is [AttemptFromContext].
+func (op *operation) AttemptOf(ctx context.Context) int { return AttemptFromContext(ctx) }
+
 // HedgeCopyFromContext returns which copy of a hedged request a request
 // is, as set by [Hedge] on each copy's context: 1 for the first copy, 2
 // for the first hedge, and so on; 0 for a request that no hedge race
@@ -130,51 +145,16 @@ func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := t.next.RoundTrip(req)
 		return t.out(req, resp, err)
 	}
-	h := hedge.Race{C: &c.Config, Next: t.next, Lat: t.lat, Start: time.Now(), Delay: c.fixed}
-	var op *operation
-	op, req = withOp(req)
-	h.Req = req
+	op, req := withOp(req)
+	start := time.Now()
 	budget := c.budget
 	if rc := op.retryConfig(); rc != nil && rc.budget != nil && (budget == nil || budget == rc.budget) {
 		budget = rc.budget // the Retry above counted the operation in it
 	} else if budget != nil {
-		budget.Request(req.URL, timecut.Of(h.Start))
+		budget.Request(req.URL, timecut.Of(start))
 	}
-	s := policy.HedgeStart{SafeToResend: policy.SafeToResend(req, c.KeyHeader), DelayKnown: true, Replayable: true}
-	if t.lat != nil && s.SafeToResend {
-		h.Key = HostKey(req)
-		d, ok := t.lat.Delay(h.Key)
-		h.Delay, s.DelayKnown = max(d, c.floor), ok
-	}
-	if !c.Policy.Race(s) {
-		resp, err := t.next.RoundTrip(req)
-		if err == nil && s.SafeToResend && !s.DelayKnown {
-			t.lat.Observe(h.Key, time.Since(h.Start)) // nothing known of the host yet: learn
-		}
-		return t.out(req, resp, err)
-	}
-	body, err := reqbody.New(req, c.bufLimit)
-	if err != nil {
-		return nil, err
-	}
-	defer body.Finish() // the caller's body is closed once no copy reads it
-	if s.Replayable = body.Replayable(); !c.Policy.Race(s) {
-		r := req
-		if body.First != nil {
-			r = body.FirstRequest(req)
-		}
-		resp, err := t.next.RoundTrip(r)
-		return t.out(req, resp, err)
-	}
-	h.Body = &body
-	if budget != nil {
-		h.Budget = func(now time.Time) bool { return budget.Retry(req.URL, timecut.Of(now)) }
-	}
-	h.Refused = func(at time.Time) error { return op.hedgeRefusedAt(req, at) }
-	h.Scope = func(ctx context.Context, i int) context.Context {
-		return withScope(ctx, func(s *scope) { s.copy = i })
-	}
-	h.Attempt, h.IdleCut = AttemptFromContext(req.Context()), idleCut(req.Context())
-	resp, err := h.Run()
+	h := &hedge.Race{C: &c.Config, Next: t.next, Lat: t.lat, Req: req, St: op, Budget: budget,
+		Start: start, Delay: c.fixed, Floor: c.floor, BufLimit: c.bufLimit}
+	resp, err := h.Do()
 	return t.out(req, resp, err)
 }

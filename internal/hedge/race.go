@@ -15,6 +15,7 @@ import (
 
 	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"github.com/sturdyhttp/sturdy/internal/respbody"
+	"github.com/sturdyhttp/sturdy/internal/retry"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"github.com/sturdyhttp/sturdy/policy"
 )
@@ -33,36 +34,48 @@ type Config struct {
 	// NilResponse is the error of a copy whose RoundTripper returned
 	// neither a response nor an error.
 	NilResponse error
+	// HostKey is the latency sketch's key for a request's host.
+	HostKey func(*http.Request) string
+}
+
+// Stack is what a Race learns from the stack it runs in: the
+// operation, as transport keeps it.
+type Stack interface {
+	// HedgeRefused returns the error a hedge of r sent at at would meet
+	// from the layers beneath; nil when it would be sent.
+	HedgeRefused(r *http.Request, at time.Time) error
+	// Copy returns ctx marked as the context of copy i (1 for the
+	// first).
+	Copy(ctx context.Context, i int) context.Context
+	// AttemptOf returns the number of the attempt that ctx's request is.
+	AttemptOf(ctx context.Context) int
+	// IdleCut returns the watch whose idle cut failed bodies are read
+	// with; nil: none.
+	IdleCut(ctx context.Context) *timecut.Watch
 }
 
 // Race is one race of a request's copies. The caller sets its exported
-// fields, then calls Run once.
+// fields, then calls Do once.
 type Race struct {
 	C    *Config
 	Next http.RoundTripper // what sends each copy
 	Lat  *policy.Latencies // the latency sketch that learns the delay; nil with a fixed delay
-	Key  string            // Lat's key for the request's host
-	// Req is the request, its context carrying the operation.
+	// Req is the request, its context carrying the operation, St.
 	Req *http.Request
-	// Body gives each copy its body.
-	Body  *reqbody.Replay
-	Start time.Time
-	Delay time.Duration // between two copies
-	// Budget draws a hedge from the retry budget at now, and reports
-	// whether it fits; nil: no budget.
-	Budget func(now time.Time) bool
-	// Refused returns the error a hedge sent at at would meet beneath;
-	// nil when it would be sent.
-	Refused func(at time.Time) error
-	// Scope returns ctx marked as the context of copy i (1 for the
-	// first).
-	Scope func(ctx context.Context, i int) context.Context
-	// Attempt is the number of the attempt that the race is.
-	Attempt int
-	// IdleCut is the watch whose idle cut a failed copy's problem body is
-	// read with; nil: none.
-	IdleCut *timecut.Watch
+	St  Stack
+	// Budget is the retry budget hedges draw on; nil: none.
+	Budget retry.Budget
+	Start  time.Time
+	Delay  time.Duration // between two copies: the fixed one, or the least learned one
+	// Floor is the least delay learned from Lat.
+	Floor time.Duration
+	// BufLimit is the longest body kept in memory for the copies.
+	BufLimit int64
 
+	key     string // Lat's key for the request's host
+	body    reqbody.Replay
+	attempt int            // the number of the attempt that the race is
+	idleCut *timecut.Watch // whose idle cut a failed copy's problem body is read with
 	copies  []hedgeCopy
 	results chan result
 	// answered is set when a copy's round trip returns, before it is
@@ -152,9 +165,45 @@ type result struct {
 	ok   bool // acceptable: it may win while other copies run
 }
 
-// Run sends the first copy, then a hedge every delay while none has
+// Do decides, as [policy.Hedge.Race] says, whether the request races:
+// one not safe to send twice, or whose body cannot be had again, is sent
+// once. A request sent once to a host whose latency is not known yet
+// teaches it.
+func (h *Race) Do() (*http.Response, error) {
+	c, req := h.C, h.Req
+	s := policy.HedgeStart{SafeToResend: policy.SafeToResend(req, c.KeyHeader), DelayKnown: true, Replayable: true}
+	if h.Lat != nil && s.SafeToResend {
+		h.key = c.HostKey(req)
+		d, ok := h.Lat.Delay(h.key)
+		h.Delay, s.DelayKnown = max(d, h.Floor), ok
+	}
+	if !c.Policy.Race(s) {
+		resp, err := h.Next.RoundTrip(req)
+		if err == nil && s.SafeToResend && !s.DelayKnown {
+			h.Lat.Observe(h.key, time.Since(h.Start)) // nothing known of the host yet: learn
+		}
+		return resp, err
+	}
+	var err error
+	if h.body, err = reqbody.New(req, h.BufLimit); err != nil {
+		return nil, err
+	}
+	defer h.body.Finish() // the caller's body is closed once no copy reads it
+	if s.Replayable = h.body.Replayable(); !c.Policy.Race(s) {
+		r := req
+		if h.body.First != nil {
+			r = h.body.FirstRequest(req)
+		}
+		return h.Next.RoundTrip(r)
+	}
+	ctx := req.Context()
+	h.attempt, h.idleCut = h.St.AttemptOf(ctx), h.St.IdleCut(ctx)
+	return h.run()
+}
+
+// run sends the first copy, then a hedge every delay while none has
 // answered, and returns the winner.
-func (h *Race) Run() (*http.Response, error) {
+func (h *Race) run() (*http.Response, error) {
 	// Room for the copies a race usually sends, not for all that
 	// MaxHedges allows (it may be huge): copies grow as they are sent,
 	// and a copy whose result finds the channel full waits only until
@@ -162,8 +211,8 @@ func (h *Race) Run() (*http.Response, error) {
 	n := min(h.C.Hedges, maxHedgeRoom) + 1
 	h.copies = make([]hedgeCopy, 0, n)
 	h.results = make(chan result, n)
-	if h.Body.First != nil {
-		h.send(h.Body.First)
+	if h.body.First != nil {
+		h.send(h.body.First)
 	} else {
 		h.send(h.Req.Body)
 	}
@@ -190,7 +239,7 @@ func (h *Race) Run() (*http.Response, error) {
 func (h *Race) send(b io.ReadCloser) {
 	i := len(h.copies)
 	ctx := h.Req.Context()
-	cctx, cancel, detach := copyContext(ctx, h.Scope(ctx, i+1))
+	cctx, cancel, detach := copyContext(ctx, h.St.Copy(ctx, i+1))
 	op := &copyOp{}
 	end := cancel
 	if detach != nil {
@@ -201,8 +250,8 @@ func (h *Race) send(b io.ReadCloser) {
 	op.w.Start(&copyLimits, 0, end)
 	op.req = *h.Req.WithContext(cctx)
 	r := &op.req
-	if !h.Body.None {
-		r.Body, r.GetBody = b, h.Body.Get
+	if !h.body.None {
+		r.Body, r.GetBody = b, h.body.Get
 	}
 	h.copies = append(h.copies, hedgeCopy{op: op, detach: detach})
 	h.running++
@@ -221,9 +270,9 @@ func (h *Race) tick() bool {
 		Done:     req.Context().Err(),
 		// A body kept as the first copy sends it would stream twice at
 		// once, and may yet prove too long to keep.
-		BodySent: h.Body.Complete(),
+		BodySent: h.body.Complete(),
 		Now:      now,
-		Refused:  h.Refused,
+		Refused:  func(at time.Time) error { return h.St.HedgeRefused(req, at) },
 	}
 	// Next decides twice: without the budget first, so that the body is
 	// had only for a copy that may be sent; then with it, last, so that
@@ -235,14 +284,14 @@ func (h *Race) tick() bool {
 		return false
 	}
 	var b io.ReadCloser
-	if !h.Body.None {
+	if !h.body.None {
 		var err error
-		if b, err = h.Body.Get(); err != nil {
+		if b, err = h.body.Get(); err != nil {
 			return false // no copy can be made: none now or later
 		}
 	}
 	if budget := h.Budget; budget != nil {
-		s.Budget = func() bool { return budget(now) }
+		s.Budget = func() bool { return budget.Retry(req.URL, timecut.Of(now)) }
 		if c.Policy.Next(s) != policy.HedgeSend {
 			if b != nil {
 				b.Close()
@@ -264,7 +313,7 @@ func (h *Race) result(r result) *result {
 	h.running--
 	h.copies[r.i].done = true
 	if h.Lat != nil && r.i == 0 && r.err == nil {
-		h.Lat.Observe(h.Key, time.Since(h.Start))
+		h.Lat.Observe(h.key, time.Since(h.Start))
 	}
 	switch {
 	case r.ok:
@@ -292,7 +341,7 @@ func (h *Race) finish(win *result) (*http.Response, error) {
 		if i == 0 && h.Lat != nil {
 			// The first copy's latency is at least this long: record it
 			// as such, so that the quantile still sees slow requests.
-			h.Lat.Observe(h.Key, now.Sub(h.Start))
+			h.Lat.Observe(h.key, now.Sub(h.Start))
 		}
 		if c.OnCancel != nil {
 			c.OnCancel(policy.HedgeEvent{Request: h.Req, Copy: i + 1, Elapsed: now.Sub(h.Start)})
@@ -341,13 +390,13 @@ func (h *Race) acceptable(r *result) bool {
 	}
 	var problem *policy.Problem
 	if r.resp.StatusCode >= 400 {
-		problem = respbody.ReadProblem(r.resp, c.ProbLimit, h.IdleCut)
+		problem = respbody.ReadProblem(r.resp, c.ProbLimit, h.idleCut)
 	}
 	return !c.Classify(policy.Outcome{
 		Request:  req,
 		Response: r.resp,
 		Problem:  problem,
-		Attempt:  h.Attempt + r.i,
+		Attempt:  h.attempt + r.i,
 		Keyed:    req.Header.Get(c.KeyHeader) != "",
 		Now:      time.Now(),
 	}).Retry
