@@ -85,7 +85,7 @@ func (t *firstEvent) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	f := stream.Format(resp)
-	if f == 0 || !bodyDone(req) {
+	if f == 0 || !reqbody.Done(req) {
 		return resp, nil
 	}
 	if t.c.onCommit == nil {
@@ -116,20 +116,6 @@ type StreamEvent struct {
 	Err error
 	// Wait is the time from the headers to the end of the read ahead.
 	Wait time.Duration
-}
-
-// bodyDone reports whether req's body is known to be whole and on its
-// way: none, one that GetBody can make again or whose length is declared
-// (the transport sends it by itself), or one kept as it is sent that has
-// been read to its end. Any other body may be a full-duplex stream that
-// its caller writes only once the response is handed back: waiting for
-// the first event before then would wait for ever.
-func bodyDone(req *http.Request) bool {
-	if req.Body == nil || req.Body == http.NoBody || req.GetBody != nil || req.ContentLength > 0 {
-		return true
-	}
-	t := reqbody.TeeOf(req.Body)
-	return t != nil && t.Complete()
 }
 
 // readAhead reads resp's body until its first content event, and hands

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/retry"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
 
-	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -65,16 +63,15 @@ func retryMiddleware(p policy.Retry, budget retryBudget) Middleware {
 	p = p.WithDefaults()
 	c := &retryConfig{
 		Config: retry.Config{
-			P:           p,
-			Attempts:    p.MaxAttempts,
-			DefaultCls:  defaultCls,
-			BufLimit:    p.MaxBufferedBody,
-			ProbLimit:   p.MaxProblemBody,
-			KeyHeader:   http.CanonicalHeaderKey(p.IdempotencyHeader),
-			OnAttempt:   p.OnAttempt,
-			OnRetry:     p.OnRetry,
-			OnGiveUp:    p.OnGiveUp,
-			NilResponse: errNilResponse,
+			P:          p,
+			Attempts:   p.MaxAttempts,
+			DefaultCls: defaultCls,
+			BufLimit:   p.MaxBufferedBody,
+			ProbLimit:  p.MaxProblemBody,
+			KeyHeader:  http.CanonicalHeaderKey(p.IdempotencyHeader),
+			OnAttempt:  p.OnAttempt,
+			OnRetry:    p.OnRetry,
+			OnGiveUp:   p.OnGiveUp,
 		},
 		budget: budget,
 	}
@@ -162,8 +159,6 @@ func (e *RetryError) Timeout() bool {
 	return errors.Is(e.Err, context.DeadlineExceeded) || errors.As(e.Err, &t) && t.Timeout()
 }
 
-var errNilResponse error = nilResponseError{} // final: see localfinal.go
-
 // AttemptFromContext returns the number of the attempt a request belongs
 // to, as [Retry] sets it. The first attempt is 1, the first retry 2, and so
 // on. It returns 1 for a request that did not pass through Retry.
@@ -181,7 +176,7 @@ func (t *retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.next.RoundTrip(req)
 	}
 	c := t.c.forRequest(req) // WithAttempts
-	o := retry.Run{C: &c.Config, Next: t.next, Req: req}
+	o := retry.Run{C: &c.Config, Next: t.next, Req: req, Budget: c.budget}
 	if err := o.Keep(); err != nil {
 		return c.giveUp(req, 0, nil, err, policy.Step{Reason: policy.ReasonCallerError})
 	}
@@ -220,14 +215,9 @@ func (op *operation) Began() time.Time { return timecut.Time(op.start) }
 // Refused is refusedAt.
 func (op *operation) Refused(r *http.Request, at time.Time) error { return op.refusedAt(r, at) }
 
-// Budgeted reports whether the Retry that runs the operation has a
-// budget.
-func (op *operation) Budgeted() bool { return op.retry.budget != nil }
-
-// Charge is charge on the budget of the Retry that runs the operation.
-func (op *operation) Charge(r *http.Request, own *url.URL, seen []hosts.Key, now time.Time) (bool, hosts.Key) {
-	return charge(op.retry.budget, r, own, seen, now)
-}
+// Route returns the URL that attempt r made at at would go to: its
+// own, or the alternate origin Endpoints would send it to.
+func (op *operation) Route(r *http.Request, at time.Time) *url.URL { return routeOf(r, at).URL }
 
 // NoAttempt reports whether err is a refusal for the concurrency limit.
 func (op *operation) NoAttempt(err error) bool { return concurrencyRefused(err) }
@@ -240,26 +230,6 @@ func (op *operation) Succeeded(n int, waited time.Duration) {
 // End is end, with the hooks of the Retry that runs the operation.
 func (op *operation) End(req *http.Request, n int, waited time.Duration, resp *http.Response, err error, step policy.Step) (*http.Response, error) {
 	return op.retry.end(op, req, n, waited, resp, err, step)
-}
-
-// charge reports whether budget allows the retry that attempt r's
-// outcome asks for at now, and counts it if so. The budget is that of the
-// host the retry goes to: own, the request's, or the alternate origin
-// that Endpoints sends it to. The operation's first attempt at an
-// alternate (one not in seen) is, for that host, an operation and no
-// retry: it brings the alternate no more load than the operation would
-// have brought its own host, so failing over from an origin that refuses
-// connections spends no budget. Further retries there draw on the
-// alternate's budget. It returns the alternate's key when it counted
-// such a first attempt.
-func charge(budget retryBudget, r *http.Request, own *url.URL, seen []hosts.Key, now time.Time) (bool, hosts.Key) {
-	u := routeOf(r, now).URL
-	at := timecut.Of(now)
-	if k := hosts.KeyOf(u); k != hosts.KeyOf(own) && !slices.Contains(seen, k) {
-		budget.Request(u, at)
-		return true, k
-	}
-	return budget.Retry(u, at), hosts.Key{}
 }
 
 // end ends an operation after n attempts (the last refused unsent, when

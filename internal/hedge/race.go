@@ -31,9 +31,6 @@ type Config struct {
 	OnHedge    func(policy.HedgeEvent)
 	OnWon      func(policy.HedgeEvent)
 	OnCancel   func(policy.HedgeEvent)
-	// NilResponse is the error of a copy whose RoundTripper returned
-	// neither a response nor an error.
-	NilResponse error
 	// HostKey is the latency sketch's key for a request's host.
 	HostKey func(*http.Request) string
 }
@@ -368,7 +365,7 @@ func (h *Race) sendCopy(r *http.Request, i int) {
 	resp, err := h.Next.RoundTrip(r)
 	h.answered.Store(true)
 	if resp == nil && err == nil {
-		err = h.C.NilResponse
+		err = retry.ErrNilResponse
 	}
 	res := result{i: i, resp: resp, err: err}
 	res.ok = h.acceptable(&res)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/internal/connwatch"
@@ -31,9 +32,6 @@ type Config struct {
 	OnAttempt  func(policy.AttemptEvent)
 	OnRetry    func(policy.RetryEvent)
 	OnGiveUp   func(policy.GiveUpEvent)
-	// NilResponse is the error of an attempt whose RoundTripper returned
-	// neither a response nor an error.
-	NilResponse error
 }
 
 // Stack is what a Run learns from the stack it runs in, and what it
@@ -51,13 +49,9 @@ type Stack interface {
 	// Refused returns the error that attempt r made at at would meet
 	// from the layers beneath; nil when it would be sent.
 	Refused(r *http.Request, at time.Time) error
-	// Budgeted reports whether retries draw on a budget.
-	Budgeted() bool
-	// Charge reports whether the budget allows the retry that attempt
-	// r's outcome asks for at now, and counts it if so; own is the
-	// request's URL, seen the other hosts the operation was counted at.
-	// It returns the host it counted the operation at, when it did.
-	Charge(r *http.Request, own *url.URL, seen []hosts.Key, now time.Time) (bool, hosts.Key)
+	// Route returns the URL that attempt r made at at would go to: its
+	// own, or an alternate origin's.
+	Route(r *http.Request, at time.Time) *url.URL
 	// NoAttempt reports whether err is a refusal that is no attempt
 	// (the concurrency limit's), of which OnAttempt is not told.
 	NoAttempt(err error) bool
@@ -70,9 +64,10 @@ type Stack interface {
 
 // Run is one operation through Retry: what its attempts share.
 type Run struct {
-	C    *Config
-	Next http.RoundTripper // what sends each attempt
-	Req  *http.Request     // the caller's
+	C      *Config
+	Next   http.RoundTripper // what sends each attempt
+	Req    *http.Request     // the caller's
+	Budget Budget            // what retries draw on; nil: none
 	// St is the operation in the stack; set by the caller between Keep
 	// and First, with Base, the request each attempt copies, which
 	// carries it.
@@ -92,7 +87,7 @@ type Run struct {
 	fastest time.Duration
 	// elsewhere are the hosts other than the request's own that the
 	// operation was counted at in the budget: alternate origins it failed
-	// over to (see Stack.Charge).
+	// over to (see charge).
 	elsewhere []hosts.Key
 }
 
@@ -187,7 +182,7 @@ func (o *Run) send(r *http.Request) (*http.Response, error) {
 	}
 	resp, err := o.Next.RoundTrip(r)
 	if resp == nil && err == nil { // a broken RoundTripper beneath: say so, as http.Client does
-		err = c.NilResponse
+		err = ErrNilResponse
 	}
 	answered(resp, r)
 	if c.OnAttempt != nil && !o.St.NoAttempt(err) { // a request refused for the limit is no attempt
@@ -228,14 +223,14 @@ func (o *Run) decide(r *http.Request, resp *http.Response, err error) (policy.St
 	}
 	s.Refused = func(at time.Time) error { return st.Refused(r, at) }
 	// moved is the host the retry goes to, when that is the operation's
-	// first request there (see Stack.Charge). The closure captures no
+	// first request there (see charge). The closure captures no
 	// field of o, which would move o to the heap on the success path too.
 	var moved hosts.Key
-	if st.Budgeted() {
-		own, seen := o.Req.URL, o.elsewhere
+	if o.Budget != nil {
+		budget, own, seen := o.Budget, o.Req.URL, o.elsewhere
 		s.Budget = func() bool {
 			var ok bool
-			ok, moved = st.Charge(r, own, seen, now)
+			ok, moved = charge(budget, st.Route(r, now), own, seen, now)
 			return ok
 		}
 	}
@@ -310,6 +305,25 @@ func (o *Run) wait(step policy.Step, now time.Time, resp *http.Response, err err
 // whose context says which attempt it is, with a fresh body.
 func (o *Run) attemptRequest(n int) (*http.Request, error) {
 	return o.body.Request(o.Base.WithContext(o.St.Attempt(o.Base.Context(), n)))
+}
+
+// charge reports whether budget allows the retry that attempt r's
+// outcome asks for at now, and counts it if so. The budget is that of the
+// host the retry goes to, u: own, the request's, or the alternate origin
+// that Endpoints sends it to. The operation's first attempt at an
+// alternate (one not in seen) is, for that host, an operation and no
+// retry: it brings the alternate no more load than the operation would
+// have brought its own host, so failing over from an origin that refuses
+// connections spends no budget. Further retries there draw on the
+// alternate's budget. It returns the alternate's key when it counted
+// such a first attempt.
+func charge(budget Budget, u, own *url.URL, seen []hosts.Key, now time.Time) (bool, hosts.Key) {
+	at := timecut.Of(now)
+	if k := hosts.KeyOf(u); k != hosts.KeyOf(own) && !slices.Contains(seen, k) {
+		budget.Request(u, at)
+		return true, k
+	}
+	return budget.Retry(u, at), hosts.Key{}
 }
 
 // fastestAnswer returns the shortest time an attempt of the operation
