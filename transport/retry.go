@@ -15,12 +15,6 @@ import (
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
-// drainLimit is how much of a failed attempt's body is read before it is
-// closed, so that the connection goes back to the pool: a few KiB of JSON
-// or HTML error page always fit, and so do 64 KiB error bodies. A longer
-// body is closed unread, which costs a new connection.
-const drainLimit = 256 << 10
-
 // Retry returns a middleware that retries failed attempts as p says.
 // [policy.Retry.Next] decides each step, and Retry carries it out.
 //
