@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"io"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -9,33 +10,57 @@ import (
 )
 
 // BenchmarkConcurrencySuccess measures what Options.Concurrency adds to a
-// request that succeeds: New with and without it, and the layer alone
-// above a base that costs nothing, beside one uncontended atomic add
-// measured in the same run.
+// request that succeeds. Each stack runs with concurrency=off and
+// concurrency=on, side by side, so that
+//
+//	benchstat -col /concurrency
+//
+// shows the difference: New over an in-memory base, the layer alone above
+// a base that costs nothing, and, as the yardstick, an empty loop against
+// one uncontended atomic add.
 func BenchmarkConcurrencySuccess(b *testing.B) {
-	b.Run("atomic-add", func(b *testing.B) {
-		var n atomic.Int64
-		for b.Loop() {
-			n.Add(1)
-		}
-	})
 	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}
 	free := Func(func(*http.Request) (*http.Response, error) { return resp, nil })
-	req, _ := http.NewRequest("GET", "http://api.test/v1/things", nil)
+	var n atomic.Int64
 	for _, s := range []struct {
-		name string
-		rt   http.RoundTripper
+		name    string
+		off, on func() http.RoundTripper
 	}{
-		{"free-base", free},
-		{"Concurrency-layer", Chain(free, Concurrency(&policy.Concurrency{}))},
+		{"atomic-add", nil, nil},
+		{"layer", func() http.RoundTripper { return free }, func() http.RoundTripper { return Chain(free, Concurrency(&policy.Concurrency{})) }},
+		{"New", func() http.RoundTripper { return New(Options{Base: memBase}) }, func() http.RoundTripper {
+			return New(Options{Base: memBase, Concurrency: &policy.Concurrency{}})
+		}},
 	} {
-		b.Run(s.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				s.rt.RoundTrip(req)
+		for _, on := range []bool{false, true} {
+			name := "stack=" + s.name + "/concurrency=off"
+			if on {
+				name = "stack=" + s.name + "/concurrency=on"
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				b.ReportAllocs()
+				if s.off == nil { // the yardstick
+					for b.Loop() {
+						if on {
+							n.Add(1)
+						}
+					}
+					return
+				}
+				rt := s.off()
+				if on {
+					rt = s.on()
+				}
+				req, _ := http.NewRequest("GET", "http://api.test/v1/things", nil)
+				for b.Loop() {
+					resp, err := rt.RoundTrip(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
 	}
-	benchGetPost(b, "New", New(Options{Base: memBase}), "http://api.test/v1/things")
-	benchGetPost(b, "New+Concurrency", New(Options{Base: memBase, Concurrency: &policy.Concurrency{}}), "http://api.test/v1/things")
 }
