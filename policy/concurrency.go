@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,28 +115,26 @@ func ConcurrencyOutcomeOf(v Verdict, status int, canceled bool) ConcurrencyOutco
 }
 
 // The word of a ConcurrencyLimit packs what the success path changes, so
-// that taking a slot is one compare-and-swap and giving it back with a
-// latency sample one add: bits 0-11 hold the requests in flight, bits
-// 12-21 the samples of the window, bits 22-27 a ticket that each Acquire
-// turns (it picks the attempts that are timed), bits 28-63 the samples'
+// that taking a slot is one atomic add and giving it back with a latency
+// sample another: bits 0-15 hold the requests in flight (room far above
+// MaxConcurrencyLimit, for the adds that race past the limit and are
+// undone), bits 16-25 the samples of the window, bits 26-63 the samples'
 // sum in units of 4µs.
 const (
-	flightBits  = 12
+	flightBits  = 16
 	flightMask  = 1<<flightBits - 1
 	countShift  = flightBits
 	countMask   = 1<<10 - 1
-	ticketShift = 22
-	ticketMask  = 63 << ticketShift
 	maxSparse   = 63 // one attempt in 64 timed at the least
-	sumShift    = 28
+	sumShift    = 26
 	sumUnit     = 4 * time.Microsecond
-	maxSamples  = 256                      // a window closes at this many samples
-	minSamples  = 16                       // and, before maxWindowNS, not with fewer
-	maxSample   = (1<<36 - 1) / countMask  // the longest sample, in sumUnits (268s), so the sum cannot overflow
-	releaseOne  = flightMask               // adding it takes one from the flight and adds one to the count
-	minWindowNS = int64(time.Millisecond)  // the shortest window
-	maxWindowNS = int64(10 * time.Second)  // the longest window
-	noReference = int64(math.MaxInt64 / 2) // the reference before any sample
+	maxSamples  = 256                                // a window closes at this many samples
+	minSamples  = 16                                 // and, before maxWindowNS, not with fewer
+	maxSample   = (1<<(64-sumShift) - 1) / countMask // the longest sample, in sumUnits (1074s), so the sum cannot overflow
+	releaseOne  = 1<<countShift - 1                  // adding it takes one from the flight and adds one to the count
+	minWindowNS = int64(time.Millisecond)            // the shortest window
+	maxWindowNS = int64(10 * time.Second)            // the longest window
+	noReference = int64(math.MaxInt64 / 2)           // the reference before any sample
 )
 
 // ConcurrencyLimit is one host's limit and its requests in flight. Make
@@ -149,7 +148,7 @@ type ConcurrencyLimit struct {
 	lastAt   atomic.Int64  // when it ends with fewer than minSamples
 	peak     atomic.Int64  // most requests in flight at once in the window
 	pressed  atomic.Bool   // a request found the limit full in the window
-	sparse   atomic.Uint64 // one attempt in sparse+1 is timed: a mask of the ticket
+	sparse   atomic.Uint64 // one attempt in sparse+1 is timed: a mask of a random number
 
 	mu      sync.Mutex // held while a window ends and while a loss is counted
 	c       Concurrency
@@ -203,21 +202,42 @@ func (c *Concurrency) normal() Concurrency {
 }
 
 // Acquire takes a slot when fewer requests than the limit are in flight,
-// and reports whether it did. Without contention it is one
-// compare-and-swap. timed says whether the attempt should be timed:
-// every one while a window sees few, one in up to 64 when it sees many,
+// and reports whether it did. Without contention it is one atomic add
+// (an add that races past the limit is undone, and the slot is then
+// sought with a compare-and-swap); a limit found full costs no write.
+// timed says whether the attempt should be timed: every one while a
+// window sees few, one in up to 64, picked at random, when it sees many,
 // so that a busy host's requests do not all pay for reading the clock
 // twice. An attempt not timed is released with [ConcurrencyUntimed] and
 // a zero time, unless it is a loss.
 func (l *ConcurrencyLimit) Acquire() (ok, timed bool) {
+	limit := uint64(l.limit.Load())
+	if l.word.Load()&flightMask >= limit {
+		return false, false
+	}
+	if l.word.Add(1)&flightMask > limit {
+		// Raced past the limit: undo, and take a slot only if one is
+		// free once the races are undone, so that none stays free
+		// while others were refused for this add.
+		l.word.Add(^uint64(0))
+		if !l.acquireSlow() {
+			return false, false
+		}
+	}
+	s := l.sparse.Load()
+	return true, s == 0 || rand.Uint64()&s == 0
+}
+
+// acquireSlow takes a slot with a compare-and-swap, when the limit
+// allows one.
+func (l *ConcurrencyLimit) acquireSlow() bool {
 	for {
 		w := l.word.Load()
 		if int64(w&flightMask) >= l.limit.Load() {
-			return false, false
+			return false
 		}
-		turned := (w+1<<ticketShift)&ticketMask | w&^ticketMask
-		if l.word.CompareAndSwap(w, turned+1) {
-			return true, (w>>ticketShift)&l.sparse.Load() == 0
+		if l.word.CompareAndSwap(w, w+1) {
+			return true
 		}
 	}
 }
@@ -305,7 +325,7 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 		if !l.due(t, count+uint64(l.losses)) {
 			return false, 0, 0 // not yet, or ended by another request meanwhile
 		}
-		if l.word.CompareAndSwap(w, w&(flightMask|ticketMask)) {
+		if l.word.CompareAndSwap(w, w&flightMask) {
 			break
 		}
 	}
