@@ -2,7 +2,6 @@ package policy
 
 import (
 	"math"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,25 +115,30 @@ func ConcurrencyOutcomeOf(v Verdict, status int, canceled bool) ConcurrencyOutco
 
 // The word of a ConcurrencyLimit packs what the success path changes, so
 // that taking a slot is one atomic add and giving it back with a latency
-// sample another: bits 0-15 hold the requests in flight (room far above
-// MaxConcurrencyLimit, for the adds that race past the limit and are
-// undone), bits 16-25 the samples of the window, bits 26-63 the samples'
-// sum in units of 4µs.
+// sample another: bits 0-12 hold the requests in flight (room above
+// MaxConcurrencyLimit for adds that race past the limit and are undone),
+// bits 13-21 the samples of the window, bits 22-57 the samples' sum in
+// units of 4µs, and bits 58-63 a ticket that each Acquire turns in the
+// same add (it picks the attempts that are timed; its carry leaves the
+// word).
 const (
-	flightBits  = 16
+	flightBits  = 13
 	flightMask  = 1<<flightBits - 1
 	countShift  = flightBits
-	countMask   = 1<<10 - 1
-	maxSparse   = 63 // one attempt in 64 timed at the least
-	sumShift    = 26
+	countMask   = 1<<9 - 1
+	sumShift    = 22
+	ticketShift = 58
+	ticketMask  = 63 << ticketShift
+	acquireOne  = 1<<ticketShift + 1 // adding it turns the ticket and adds one to the flight
+	maxSparse   = 63                 // one attempt in 64 timed at the least
 	sumUnit     = 4 * time.Microsecond
-	maxSamples  = 256                                // a window closes at this many samples
-	minSamples  = 16                                 // and, before maxWindowNS, not with fewer
-	maxSample   = (1<<(64-sumShift) - 1) / countMask // the longest sample, in sumUnits (1074s), so the sum cannot overflow
-	releaseOne  = 1<<countShift - 1                  // adding it takes one from the flight and adds one to the count
-	minWindowNS = int64(time.Millisecond)            // the shortest window
-	maxWindowNS = int64(10 * time.Second)            // the longest window
-	noReference = int64(math.MaxInt64 / 2)           // the reference before any sample
+	maxSamples  = 256                                         // a window closes at this many samples; more are not counted
+	minSamples  = 16                                          // and, before maxWindowNS, not with fewer
+	maxSample   = (1<<(ticketShift-sumShift) - 1) / countMask // the longest sample, in sumUnits (537s), so the sum cannot overflow
+	releaseOne  = 1<<countShift - 1                           // adding it takes one from the flight and adds one to the count
+	minWindowNS = int64(time.Millisecond)                     // the shortest window
+	maxWindowNS = int64(10 * time.Second)                     // the longest window
+	noReference = int64(math.MaxInt64 / 2)                    // the reference before any sample
 )
 
 // ConcurrencyLimit is one host's limit and its requests in flight. Make
@@ -148,7 +152,7 @@ type ConcurrencyLimit struct {
 	lastAt   atomic.Int64  // when it ends with fewer than minSamples
 	peak     atomic.Int64  // most requests in flight at once in the window
 	pressed  atomic.Bool   // a request found the limit full in the window
-	sparse   atomic.Uint64 // one attempt in sparse+1 is timed: a mask of a random number
+	sparse   atomic.Uint64 // one attempt in sparse+1 is timed: a mask of the ticket
 
 	mu      sync.Mutex // held while a window ends and while a loss is counted
 	c       Concurrency
@@ -203,41 +207,41 @@ func (c *Concurrency) normal() Concurrency {
 
 // Acquire takes a slot when fewer requests than the limit are in flight,
 // and reports whether it did. Without contention it is one atomic add
-// (an add that races past the limit is undone, and the slot is then
-// sought with a compare-and-swap); a limit found full costs no write.
-// timed says whether the attempt should be timed: every one while a
-// window sees few, one in up to 64, picked at random, when it sees many,
-// so that a busy host's requests do not all pay for reading the clock
-// twice. An attempt not timed is released with [ConcurrencyUntimed] and
-// a zero time, unless it is a loss.
+// (an add that races past the limit is undone, and a slot then sought
+// with a compare-and-swap); a limit found full costs no write. timed
+// says whether the attempt should be timed: every one while a window
+// sees few, one in up to 64 when it sees many, so that a busy host's
+// requests do not all pay for reading the clock twice. An attempt not
+// timed is released with [ConcurrencyUntimed] and a zero time, unless it
+// is a loss.
 func (l *ConcurrencyLimit) Acquire() (ok, timed bool) {
 	limit := uint64(l.limit.Load())
 	if l.word.Load()&flightMask >= limit {
 		return false, false
 	}
-	if l.word.Add(1)&flightMask > limit {
+	w := l.word.Add(acquireOne) - acquireOne
+	if w&flightMask >= limit {
 		// Raced past the limit: undo, and take a slot only if one is
-		// free once the races are undone, so that none stays free
-		// while others were refused for this add.
+		// free once the races are undone, so that no slot stays free
+		// while a request was refused for this add.
 		l.word.Add(^uint64(0))
-		if !l.acquireSlow() {
+		if w, ok = l.acquireSlow(); !ok {
 			return false, false
 		}
 	}
-	s := l.sparse.Load()
-	return true, s == 0 || rand.Uint64()&s == 0
+	return true, (w>>ticketShift)&l.sparse.Load() == 0
 }
 
 // acquireSlow takes a slot with a compare-and-swap, when the limit
-// allows one.
-func (l *ConcurrencyLimit) acquireSlow() bool {
+// allows one, and returns the word it found.
+func (l *ConcurrencyLimit) acquireSlow() (uint64, bool) {
 	for {
 		w := l.word.Load()
 		if int64(w&flightMask) >= l.limit.Load() {
-			return false
+			return w, false
 		}
 		if l.word.CompareAndSwap(w, w+1) {
-			return true
+			return w, true
 		}
 	}
 }
@@ -259,6 +263,10 @@ func (l *ConcurrencyLimit) Release(now time.Time, rtt time.Duration, o Concurren
 	var w uint64
 	switch o {
 	case ConcurrencyServed:
+		if (l.word.Load()>>countShift)&countMask >= maxSamples {
+			w = l.word.Add(^uint64(0)) // the window is full and about to end: the sample is not counted
+			break
+		}
 		u := uint64(max(rtt, 0) / sumUnit)
 		if u == 0 {
 			u = 1 // a sample under the unit still counts
@@ -321,11 +329,11 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 	var count, sum uint64
 	for {
 		w := l.word.Load()
-		count, sum = (w>>countShift)&countMask, w>>sumShift
+		count, sum = (w>>countShift)&countMask, (w&^ticketMask)>>sumShift
 		if !l.due(t, count+uint64(l.losses)) {
 			return false, 0, 0 // not yet, or ended by another request meanwhile
 		}
-		if l.word.CompareAndSwap(w, w&flightMask) {
+		if l.word.CompareAndSwap(w, w&(flightMask|ticketMask)) {
 			break
 		}
 	}

@@ -312,3 +312,27 @@ func TestConcurrencyLimitNeverAdmitsPastIt(t *testing.T) {
 		t.Errorf("in flight after every release = %d, want 0", got)
 	}
 }
+
+// TestConcurrencyLimitWindowCountsNoMoreThanItHolds: samples that arrive
+// while a window cannot end (another request holds its lock) are not
+// counted past the window's size, so the window's mean stays right.
+func TestConcurrencyLimitWindowCountsNoMoreThanItHolds(t *testing.T) {
+	now := time.Now()
+	l := (&Concurrency{}).NewLimit(now)
+	const rtt = 3 * time.Millisecond
+	l.mu.Lock() // a window ending elsewhere, or a refusal reading the reference
+	for range 1200 {
+		l.Acquire()
+		now = now.Add(time.Millisecond)
+		l.Release(now, rtt, ConcurrencyServed)
+	}
+	l.mu.Unlock()
+	if n := (l.word.Load() >> countShift) & countMask; n > maxSamples {
+		t.Errorf("%d samples counted in the window, want at most %d", n, maxSamples)
+	}
+	l.Acquire()
+	l.Release(now.Add(time.Millisecond), rtt, ConcurrencyServed)
+	if got := l.Reference(); got != rtt {
+		t.Errorf("reference after the window = %v, want %v", got, rtt)
+	}
+}
