@@ -15,10 +15,13 @@ import (
 //
 //	benchstat -col /concurrency
 //
-// shows the difference: New over an in-memory base, the layer alone above
-// a base that costs nothing, and, as the yardstick, an empty loop against
-// one uncontended atomic add.
+// shows the difference: New over an in-memory base, New with every layer
+// but Breaker switched off above a base that costs nothing, the layer
+// alone above that base, and, as the yardstick, an empty loop against one
+// uncontended atomic add.
 func BenchmarkConcurrencySuccess(b *testing.B) {
+	const allButBreaker = LayerIdempotencyKey | LayerTimeout | LayerIdleTimeout | LayerRetry | LayerRetryBudget |
+		LayerRateLimit | LayerFirstEvent | LayerAttemptTimeout
 	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}
 	free := Func(func(*http.Request) (*http.Response, error) { return resp, nil })
 	var n atomic.Int64
@@ -28,6 +31,9 @@ func BenchmarkConcurrencySuccess(b *testing.B) {
 	}{
 		{"atomic-add", nil, nil},
 		{"layer", func() http.RoundTripper { return free }, func() http.RoundTripper { return Chain(free, Concurrency(&policy.Concurrency{})) }},
+		{"New-breaker-only", func() http.RoundTripper { return New(Options{Base: free, Disable: allButBreaker}) }, func() http.RoundTripper {
+			return New(Options{Base: free, Disable: allButBreaker, Concurrency: &policy.Concurrency{}})
+		}},
 		{"New", func() http.RoundTripper { return New(Options{Base: memBase}) }, func() http.RoundTripper {
 			return New(Options{Base: memBase, Concurrency: &policy.Concurrency{}})
 		}},
