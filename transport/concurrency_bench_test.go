@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sturdyhttp/sturdy/policy"
 )
@@ -68,5 +69,72 @@ func BenchmarkConcurrencySuccess(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkConcurrencyPaired measures the same as
+// BenchmarkConcurrencySuccess, each stack with the limit off and on in
+// alternating chunks of a few hundred requests, beside chunks of
+// uncontended atomic adds and of an empty loop, so that a machine whose
+// load drifts slows all four alike. It reports what the limit adds to a
+// request, in ns (extra-ns/op) and in atomic adds (atomic-adds/op).
+func BenchmarkConcurrencyPaired(b *testing.B) {
+	const allButBreaker = LayerIdempotencyKey | LayerTimeout | LayerIdleTimeout | LayerRetry | LayerRetryBudget |
+		LayerRateLimit | LayerFirstEvent | LayerAttemptTimeout
+	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}
+	free := Func(func(*http.Request) (*http.Response, error) { return resp, nil })
+	for _, s := range []struct {
+		name    string
+		off, on http.RoundTripper
+	}{
+		{"layer", free, Chain(free, Concurrency(&policy.Concurrency{}))},
+		{"New-breaker-only", New(Options{Base: free, Disable: allButBreaker}),
+			New(Options{Base: free, Disable: allButBreaker, Concurrency: &policy.Concurrency{}})},
+		{"New", New(Options{Base: memBase}), New(Options{Base: memBase, Concurrency: &policy.Concurrency{}})},
+	} {
+		b.Run("stack="+s.name, func(b *testing.B) {
+			req, _ := http.NewRequest("GET", "http://api.test/v1/things", nil)
+			get := func(rt http.RoundTripper, n int) time.Duration {
+				start := time.Now()
+				for range n {
+					resp, err := rt.RoundTrip(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				return time.Since(start)
+			}
+			var a atomic.Int64
+			adds := func(n int, add bool) time.Duration {
+				start := time.Now()
+				for range n {
+					if add {
+						a.Add(1)
+					} else {
+						a.Load()
+					}
+				}
+				return time.Since(start)
+			}
+			var off, on, add, empty time.Duration
+			const chunk = 256
+			b.ResetTimer()
+			for done := 0; done < b.N; done += chunk {
+				n := min(chunk, b.N-done)
+				off += get(s.off, n)
+				on += get(s.on, n)
+				add += adds(n*8, true)
+				empty += adds(n*8, false)
+			}
+			perOp := func(d time.Duration, n int) float64 { return float64(d.Nanoseconds()) / float64(n) }
+			extra := perOp(on-off, b.N)
+			b.ReportMetric(perOp(off, b.N), "off-ns/op")
+			b.ReportMetric(perOp(on, b.N), "on-ns/op")
+			b.ReportMetric(extra, "extra-ns/op")
+			b.ReportMetric(perOp(add-empty, 8*b.N), "add-ns")
+			b.ReportMetric(extra/perOp(add-empty, 8*b.N), "atomic-adds/op")
+		})
 	}
 }
