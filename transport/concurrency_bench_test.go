@@ -18,8 +18,9 @@ import (
 //
 // shows the difference: New over an in-memory base, New with every layer
 // but Breaker switched off above a base that costs nothing, the layer
-// alone above that base, and, as the yardstick, an empty loop against one
-// uncontended atomic add.
+// alone above that base (also from every P at once, all on one host),
+// and, as the yardstick, an empty loop against one uncontended atomic
+// add.
 func BenchmarkConcurrencySuccess(b *testing.B) {
 	const allButBreaker = LayerIdempotencyKey | LayerTimeout | LayerIdleTimeout | LayerRetry | LayerRetryBudget |
 		LayerRateLimit | LayerFirstEvent | LayerAttemptTimeout
@@ -27,17 +28,19 @@ func BenchmarkConcurrencySuccess(b *testing.B) {
 	free := Func(func(*http.Request) (*http.Response, error) { return resp, nil })
 	var n atomic.Int64
 	for _, s := range []struct {
-		name    string
-		off, on func() http.RoundTripper
+		name     string
+		off, on  func() http.RoundTripper
+		parallel bool
 	}{
-		{"atomic-add", nil, nil},
-		{"layer", func() http.RoundTripper { return free }, func() http.RoundTripper { return Chain(free, Concurrency(&policy.Concurrency{})) }},
+		{"atomic-add", nil, nil, false},
+		{"layer", func() http.RoundTripper { return free }, func() http.RoundTripper { return Chain(free, Concurrency(&policy.Concurrency{})) }, false},
+		{"layer-parallel", func() http.RoundTripper { return free }, func() http.RoundTripper { return Chain(free, Concurrency(&policy.Concurrency{})) }, true},
 		{"New-breaker-only", func() http.RoundTripper { return New(Options{Base: free, Disable: allButBreaker}) }, func() http.RoundTripper {
 			return New(Options{Base: free, Disable: allButBreaker, Concurrency: &policy.Concurrency{}})
-		}},
+		}, false},
 		{"New", func() http.RoundTripper { return New(Options{Base: memBase}) }, func() http.RoundTripper {
 			return New(Options{Base: memBase, Concurrency: &policy.Concurrency{}})
-		}},
+		}, false},
 	} {
 		for _, on := range []bool{false, true} {
 			name := "stack=" + s.name + "/concurrency=off"
@@ -59,6 +62,19 @@ func BenchmarkConcurrencySuccess(b *testing.B) {
 					rt = s.on()
 				}
 				req, _ := http.NewRequest("GET", "http://api.test/v1/things", nil)
+				if s.parallel { // every goroutine on the same host's word
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							resp, err := rt.RoundTrip(req)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							resp.Body.Close()
+						}
+					})
+					return
+				}
 				for b.Loop() {
 					resp, err := rt.RoundTrip(req)
 					if err != nil {
