@@ -59,6 +59,7 @@ type boundOp struct {
 	w    timecut.Watch
 	s    scope
 	op   operation
+	j    judgment // the attempt's, when the bound begins the operation
 	req  http.Request
 	body boundBody
 }
@@ -98,7 +99,7 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if bo.s.op == nil {
 		bo.op.start = now
-		bo.s.op = &bo.op
+		bo.s.op, bo.s.judged = &bo.op, &bo.j
 	}
 	bo.s.bound = w
 	w.Start(&t.l, now, cancel)

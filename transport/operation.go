@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"github.com/sturdyhttp/sturdy/internal/connwatch"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"net/http"
 	"sync/atomic"
@@ -21,9 +22,9 @@ import (
 // operation (made once, by the first sturdy layer that finds none) and
 // the innermost bound above (whose deadline waits draw on, whose idle cut
 // failed bodies are read with, and whose deadline a stream's read ahead
-// holds off). Nothing is written into a layer by the requests that pass
-// it: what a layer learns of the others as an operation runs is written
-// into that operation.
+// holds off), and each attempt's verdict (see verdictOf). Nothing is
+// written into a layer by the requests that pass it: what a layer learns
+// of the others as an operation runs is written into that operation.
 
 // operation is what the layers of a stack know of one operation.
 type operation struct {
@@ -60,17 +61,112 @@ type scope struct {
 	readBody  int64          // WithReadBody's limit; 0: the stack's
 	attempts  int            // WithAttempts's attempts; 0: the stack's
 	addr      string         // the address Endpoints.PerAddress sent the attempt to
+	judged    *judgment      // the attempt's verdict (see verdictOf); nil: none kept
+}
+
+// scopeJudged is a scope and the judgment of its attempt, allocated
+// together.
+type scopeJudged struct {
+	s scope
+	j judgment
 }
 
 // withScope returns ctx with a copy of its scope (an empty one when it
-// has none) changed by set.
+// has none) changed by set. The copy keeps its parent's judgment unless
+// it begins an attempt of its own (a new attempt number, or a hedge's
+// copy), which is judged afresh.
 func withScope(ctx context.Context, set func(*scope)) context.Context {
-	s := &scope{}
-	if p := scopeOf(ctx); p != nil {
+	sj := &scopeJudged{}
+	s := &sj.s
+	p := scopeOf(ctx)
+	if p != nil {
 		*s = *p
 	}
 	set(s)
+	if p == nil || s.judged == nil || s.attempt != p.attempt || s.copy != p.copy {
+		s.judged = &sj.j
+	}
 	return context.WithValue(ctx, opKey{}, s)
+}
+
+// judgment is one attempt's verdict, kept on the attempt's scope so
+// that every layer of a stack reads the verdict that the first to judge
+// the attempt (the innermost) computed, instead of judging it again.
+// It is written once: by the layer that wins state from empty to being
+// written; the outcome it judged (resp, err) is kept beside it, so that
+// a layer whose outcome differs (one that a layer between changed)
+// judges its own.
+type judgment struct {
+	state atomic.Uint32 // judgmentEmpty, judgmentWriting, judgmentDone
+	resp  *http.Response
+	err   error
+	v     policy.Verdict
+}
+
+const (
+	judgmentEmpty = iota
+	judgmentWriting
+	judgmentDone
+)
+
+// verdictOf returns the verdict of the attempt req that ended with resp
+// and err ([policy.Judge], every fact given: status, error, whether the
+// caller ended it, whether a connection was made). An attempt is judged
+// once: the first layer to ask (the innermost, as the outcome travels
+// up) judges it and keeps the verdict on the attempt's scope; the layers
+// above read it there. A request with no scope (a layer used alone), or
+// an outcome other than the one kept, is judged here, by the same rule.
+func verdictOf(req *http.Request, resp *http.Response, err error) policy.Verdict {
+	var j *judgment
+	if s := scopeOf(req.Context()); s != nil {
+		j = s.judged
+	}
+	if j != nil && j.state.Load() == judgmentDone && j.resp == resp && sameError(j.err, err) {
+		return j.v
+	}
+	v := judgeAttempt(req, resp, err)
+	if j != nil && j.state.CompareAndSwap(judgmentEmpty, judgmentWriting) {
+		j.resp, j.err, j.v = resp, err, v
+		j.state.Store(judgmentDone)
+	}
+	return v
+}
+
+// judgeAttempt is [policy.Judge] on an attempt of req, with the facts its
+// context holds: whether the caller ended it, and whether a layer's
+// connection watch saw no connection made.
+func judgeAttempt(req *http.Request, resp *http.Response, err error) policy.Verdict {
+	if f := judgeHook.Load(); f != nil {
+		(*f)(req)
+	}
+	if err == nil && resp != nil {
+		return policy.JudgeStatus(resp.StatusCode) // Judge's rule for a response; builds no Outcome
+	}
+	ctx := req.Context()
+	var notConnected bool
+	if w := connwatch.Of(ctx); w != nil {
+		notConnected = w.NotConnected()
+	}
+	return policy.Judge(policy.Outcome{Request: req, Response: resp, Err: err,
+		CallerEnded: err != nil && callerEnded(ctx), NotConnected: notConnected})
+}
+
+// judgeHook, when set, is called each time an attempt is judged: tests
+// count the judgments of an attempt with it.
+var judgeHook atomic.Pointer[func(*http.Request)]
+
+// sameError reports whether a and b are the same error value. Errors
+// that cannot be compared (== panics on them) are never the same.
+func sameError(a, b error) (same bool) {
+	if a == nil || b == nil {
+		return a == b
+	}
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
 }
 
 type opKey struct{}
@@ -89,10 +185,12 @@ func opOf(ctx context.Context) *operation {
 	return nil
 }
 
-// opScope is a scope and its operation, allocated together.
+// opScope is a scope, its operation and its first attempt's judgment,
+// allocated together.
 type opScope struct {
 	s  scope
 	op operation
+	j  judgment
 }
 
 // withOp returns req's operation, and req with it: req itself when its
@@ -107,7 +205,7 @@ func withOp(req *http.Request) (*operation, *http.Request) {
 		o.s = *ps
 	}
 	o.op.start = timecut.Now()
-	o.s.op = &o.op
+	o.s.op, o.s.judged = &o.op, &o.j
 	return &o.op, req.WithContext(context.WithValue(req.Context(), opKey{}, &o.s))
 }
 
