@@ -74,7 +74,8 @@ type scopeJudged struct {
 // withScope returns ctx with a copy of its scope (an empty one when it
 // has none) changed by set. The copy keeps its parent's judgment unless
 // it begins an attempt of its own (a new attempt number, or a hedge's
-// copy), which is judged afresh.
+// copy), which is judged afresh. A scope of no operation (one the caller
+// made, which many requests may share) keeps no judgment.
 func withScope(ctx context.Context, set func(*scope)) context.Context {
 	sj := &scopeJudged{}
 	s := &sj.s
@@ -83,7 +84,10 @@ func withScope(ctx context.Context, set func(*scope)) context.Context {
 		*s = *p
 	}
 	set(s)
-	if p == nil || s.judged == nil || s.attempt != p.attempt || s.copy != p.copy {
+	switch {
+	case s.op == nil:
+		s.judged = nil
+	case p == nil || s.judged == nil || s.attempt != p.attempt || s.copy != p.copy:
 		s.judged = &sj.j
 	}
 	return context.WithValue(ctx, opKey{}, s)

@@ -234,6 +234,19 @@ func TestVerdictKept(t *testing.T) {
 			t.Errorf("%s: %d judgments, want %d", st.name, got, st.judgments)
 		}
 	}
+	// A scope the caller made (WithAttempts), which many requests share,
+	// keeps no verdict: one request's is not another's.
+	shared := WithAttempts(context.Background(), 2)
+	ended, cancel := context.WithCancel(shared)
+	cancel()
+	a, _ := http.NewRequestWithContext(ended, "GET", "http://"+host+"/", nil)
+	b, _ := http.NewRequestWithContext(shared, "GET", "http://"+host+"/", nil)
+	if got := verdictOf(a, nil, context.DeadlineExceeded).Host; got != policy.HostIgnored {
+		t.Errorf("the caller ended it: host verdict %v, want ignored", got)
+	}
+	if got := verdictOf(b, nil, context.DeadlineExceeded).Host; got != policy.HostFailing {
+		t.Errorf("another request of the caller's scope, a timeout of its own: host verdict %v, want failing", got)
+	}
 	// A throttle's mark is the same attempt: it reads the kept verdict.
 	fresh, _ := http.NewRequest("GET", "http://"+host+"/", nil)
 	_, fresh = withOp(fresh)
