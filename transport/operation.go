@@ -64,21 +64,13 @@ type scope struct {
 	judged    *judgment      // the attempt's verdict (see verdictOf); nil: none kept
 }
 
-// scopeJudged is a scope and the judgment of its attempt, allocated
-// together.
-type scopeJudged struct {
-	s scope
-	j judgment
-}
-
 // withScope returns ctx with a copy of its scope (an empty one when it
 // has none) changed by set. The copy keeps its parent's judgment unless
 // it begins an attempt of its own (a new attempt number, or a hedge's
 // copy), which is judged afresh. A scope of no operation (one the caller
 // made, which many requests may share) keeps no judgment.
 func withScope(ctx context.Context, set func(*scope)) context.Context {
-	sj := &scopeJudged{}
-	s := &sj.s
+	s := &scope{}
 	p := scopeOf(ctx)
 	if p != nil {
 		*s = *p
@@ -88,7 +80,7 @@ func withScope(ctx context.Context, set func(*scope)) context.Context {
 	case s.op == nil:
 		s.judged = nil
 	case p == nil || s.judged == nil || s.attempt != p.attempt || s.copy != p.copy:
-		s.judged = &sj.j
+		s.judged = &judgment{} // a retry's attempt or a hedge's copy, which allocate more already
 	}
 	return context.WithValue(ctx, opKey{}, s)
 }
