@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
+	"github.com/sturdyhttp/sturdy/internal/verdict"
 	"io"
 	"net/http"
 	"strconv"
@@ -59,7 +60,7 @@ type boundOp struct {
 	w    timecut.Watch
 	s    scope
 	op   operation
-	j    judgment // the attempt's, when the bound begins the operation
+	j    verdict.Kept // the attempt's, when the bound begins the operation
 	req  http.Request
 	body boundBody
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"github.com/sturdyhttp/sturdy/internal/connwatch"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
+	"github.com/sturdyhttp/sturdy/internal/verdict"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -61,7 +62,7 @@ type scope struct {
 	readBody  int64          // WithReadBody's limit; 0: the stack's
 	attempts  int            // WithAttempts's attempts; 0: the stack's
 	addr      string         // the address Endpoints.PerAddress sent the attempt to
-	judged    *judgment      // the attempt's verdict (see verdictOf); nil: none kept
+	judged    *verdict.Kept  // the attempt's verdict (see verdictOf); nil: none kept
 }
 
 // withScope returns ctx with a copy of its scope (an empty one when it
@@ -80,30 +81,10 @@ func withScope(ctx context.Context, set func(*scope)) context.Context {
 	case s.op == nil:
 		s.judged = nil
 	case p == nil || s.judged == nil || s.attempt != p.attempt || s.copy != p.copy:
-		s.judged = &judgment{} // a retry's attempt or a hedge's copy, which allocate more already
+		s.judged = &verdict.Kept{} // a retry's attempt or a hedge's copy, which allocate more already
 	}
 	return context.WithValue(ctx, opKey{}, s)
 }
-
-// judgment is one attempt's verdict, kept on the attempt's scope so
-// that every layer of a stack reads the verdict that the first to judge
-// the attempt (the innermost) computed, instead of judging it again.
-// It is written once: by the layer that wins state from empty to being
-// written; the outcome it judged (resp, err) is kept beside it, so that
-// a layer whose outcome differs (one that a layer between changed)
-// judges its own.
-type judgment struct {
-	state atomic.Uint32 // judgmentEmpty, judgmentWriting, judgmentDone
-	resp  *http.Response
-	err   error
-	v     policy.Verdict
-}
-
-const (
-	judgmentEmpty = iota
-	judgmentWriting
-	judgmentDone
-)
 
 // verdictOf returns the verdict of the attempt req that ended with resp
 // and err ([policy.Judge], every fact given: status, error, whether the
@@ -113,18 +94,15 @@ const (
 // above read it there. A request with no scope (a layer used alone), or
 // an outcome other than the one kept, is judged here, by the same rule.
 func verdictOf(req *http.Request, resp *http.Response, err error) policy.Verdict {
-	var j *judgment
+	var k *verdict.Kept
 	if s := scopeOf(req.Context()); s != nil {
-		j = s.judged
+		k = s.judged
 	}
-	if j != nil && j.state.Load() == judgmentDone && j.resp == resp && sameError(j.err, err) {
-		return j.v
+	if v, ok := k.Load(resp, err); ok {
+		return v
 	}
 	v := judgeAttempt(req, resp, err)
-	if j != nil && j.state.CompareAndSwap(judgmentEmpty, judgmentWriting) {
-		j.resp, j.err, j.v = resp, err, v
-		j.state.Store(judgmentDone)
-	}
+	k.Keep(resp, err, v)
 	return v
 }
 
@@ -151,20 +129,6 @@ func judgeAttempt(req *http.Request, resp *http.Response, err error) policy.Verd
 // count the judgments of an attempt with it.
 var judgeHook atomic.Pointer[func(*http.Request)]
 
-// sameError reports whether a and b are the same error value. Errors
-// that cannot be compared (== panics on them) are never the same.
-func sameError(a, b error) (same bool) {
-	if a == nil || b == nil {
-		return a == b
-	}
-	defer func() {
-		if recover() != nil {
-			same = false
-		}
-	}()
-	return a == b
-}
-
 type opKey struct{}
 
 // scopeOf returns the scope that ctx carries, nil when none does.
@@ -181,12 +145,12 @@ func opOf(ctx context.Context) *operation {
 	return nil
 }
 
-// opScope is a scope, its operation and its first attempt's judgment,
+// opScope is a scope, its operation and its first attempt's kept verdict,
 // allocated together.
 type opScope struct {
 	s  scope
 	op operation
-	j  judgment
+	j  verdict.Kept
 }
 
 // withOp returns req's operation, and req with it: req itself when its
