@@ -15,36 +15,69 @@ import (
 // outcome (resp, err) is kept beside the verdict, so that a layer whose
 // outcome differs (one that a layer between changed) judges its own.
 // Its zero value is empty and ready to use; it is safe for concurrent
-// use.
+// use. It is 32 bytes, small enough to ride in the allocation that
+// begins an operation without moving it to a larger size class: the
+// verdict's flags share the word that publishes them, and a refusal's
+// name is read again from the error it was found in.
 type Kept struct {
-	state atomic.Uint32 // empty, writing, done
+	state atomic.Uint32 // writing, or done with the verdict's flags; 0: empty
 	resp  *http.Response
 	err   error
-	v     policy.Verdict
 }
 
+// The bits of Kept.state.
 const (
-	empty = iota
-	writing
+	writing = 1 << iota
 	done
+	sent
+	accepted
+	overloaded
+	lost
+	refused
+	hostShift = iota // Verdict.Host, in the bits from here
 )
 
 // Load returns the verdict kept for the outcome (resp, err); false when
 // none is, or the one kept is another outcome's. A nil k keeps nothing.
 func (k *Kept) Load(resp *http.Response, err error) (policy.Verdict, bool) {
-	if k == nil || k.state.Load() != done || k.resp != resp || !sameError(k.err, err) {
+	if k == nil {
 		return policy.Verdict{}, false
 	}
-	return k.v, true
+	st := k.state.Load()
+	if st&done == 0 || k.resp != resp || !sameError(k.err, err) {
+		return policy.Verdict{}, false
+	}
+	var refusal policy.Reason
+	if st&refused != 0 {
+		refusal, _ = policy.RefusedBy(err) // the name of the refusal Judge found in err
+	}
+	return policy.Verdict{
+		Sent:       st&sent != 0,
+		Refusal:    refusal,
+		Host:       policy.HostVerdict(st >> hostShift),
+		Accepted:   st&accepted != 0,
+		Overloaded: st&overloaded != 0,
+		Lost:       st&lost != 0,
+	}, true
 }
 
-// Keep keeps v as the verdict of the outcome (resp, err), unless a
-// verdict is kept already. A nil k keeps nothing.
+// Keep keeps v, [policy.Judge]'s verdict on the outcome (resp, err),
+// unless a verdict is kept already. A nil k keeps nothing.
 func (k *Kept) Keep(resp *http.Response, err error, v policy.Verdict) {
-	if k != nil && k.state.CompareAndSwap(empty, writing) {
-		k.resp, k.err, k.v = resp, err, v
-		k.state.Store(done)
+	if k == nil || !k.state.CompareAndSwap(0, writing) {
+		return
 	}
+	k.resp, k.err = resp, err
+	st := uint32(done) | uint32(uint8(v.Host))<<hostShift
+	for _, f := range [...]struct {
+		on  bool
+		bit uint32
+	}{{v.Sent, sent}, {v.Accepted, accepted}, {v.Overloaded, overloaded}, {v.Lost, lost}, {v.Refusal != "", refused}} {
+		if f.on {
+			st |= f.bit
+		}
+	}
+	k.state.Store(st)
 }
 
 // sameError reports whether a and b are the same error value. Errors

@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -83,3 +84,34 @@ func TestKeptConcurrent(t *testing.T) {
 		t.Errorf("%d outcomes found a verdict, want 1", found)
 	}
 }
+
+// TestKeptEveryVerdict: every verdict Judge gives is read back as kept,
+// for the outcome it judged.
+func TestKeptEveryVerdict(t *testing.T) {
+	var outcomes []policy.Outcome
+	for _, c := range []int{200, 404, 429, 500, 503, 529} {
+		outcomes = append(outcomes, policy.Outcome{Response: &http.Response{StatusCode: c}})
+	}
+	outcomes = append(outcomes,
+		policy.Outcome{Err: errors.New("reset")},
+		policy.Outcome{Err: context.Canceled},
+		policy.Outcome{Err: context.DeadlineExceeded, CallerEnded: true},
+		policy.Outcome{Err: context.DeadlineExceeded, NotConnected: true},
+		policy.Outcome{Err: refusal("circuit open")},
+		policy.Outcome{Err: errors.Join(errors.New("x"), refusal("rate limited"))},
+		policy.Outcome{},
+	)
+	for _, o := range outcomes {
+		v := policy.Judge(o)
+		var k Kept
+		k.Keep(o.Response, o.Err, v)
+		if got, ok := k.Load(o.Response, o.Err); !ok || got != v {
+			t.Errorf("kept %+v, read %+v, %v", v, got, ok)
+		}
+	}
+}
+
+type refusal string
+
+func (r refusal) Error() string     { return string(r) }
+func (r refusal) RefusedBy() string { return string(r) }
