@@ -1002,6 +1002,10 @@ func TestHandlerNoWrite(t *testing.T) {
 func TestHandlerHijackNotStored(t *testing.T) {
 	n := httptestutil.NewNetwork()
 	var runs atomic.Int64
+	// The client sees the hijacked connection close before the Handler
+	// completes the key: the retry waits for that, or it could find the
+	// key still in flight (409) instead of spent.
+	store := &completeSignal{Store: NewMemoryStore(MemoryStoreOptions{}), done: make(chan struct{}, 1)}
 	h := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
 			conn, _, err := w.(http.Hijacker).Hijack()
@@ -1013,17 +1017,20 @@ func TestHandlerHijackNotStored(t *testing.T) {
 			return
 		}
 		w.WriteHeader(201)
-	}), HandlerOptions{})
+	}), HandlerOptions{Store: store})
 	srv := n.Serve("api.test", h)
 	defer srv.Close()
 	tr := n.Transport()
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr}
 	var statuses []string
-	for range 2 {
+	for i := range 2 {
 		r, _ := http.NewRequest("POST", srv.URL, strings.NewReader("x"))
 		r.Header.Set("Idempotency-Key", "k")
 		resp, err := c.Do(r)
+		if i == 0 {
+			<-store.done
+		}
 		if err != nil {
 			statuses = append(statuses, "error")
 			continue
@@ -1034,6 +1041,21 @@ func TestHandlerHijackNotStored(t *testing.T) {
 	if got, want := strings.Join(statuses, " "), "error 422"; got != want {
 		t.Errorf("answers = %q, want %q", got, want)
 	}
+}
+
+// completeSignal is a Store that says on done when a Complete returned.
+type completeSignal struct {
+	Store
+	done chan struct{}
+}
+
+func (s *completeSignal) Complete(ctx context.Context, key, token string, resp *StoredResponse, ttl time.Duration) error {
+	err := s.Store.Complete(ctx, key, token, resp, ttl)
+	select {
+	case s.done <- struct{}{}:
+	default:
+	}
+	return err
 }
 
 // TestHandlerLockExpires shows what LockTTL means: a handler slower than

@@ -114,28 +114,31 @@ func ConcurrencyOutcomeOf(v Verdict, status int, canceled bool) ConcurrencyOutco
 }
 
 // The word of a ConcurrencyLimit packs what the success path changes, so
-// that taking a slot is one compare-and-swap and giving it back with a
-// latency sample one add: bits 0-11 hold the requests in flight, bits
-// 12-21 the samples of the window, bits 22-27 a ticket that each Acquire
-// turns (it picks the attempts that are timed), bits 28-63 the samples'
-// sum in units of 4µs.
+// that taking a slot is one atomic add and giving it back with a latency
+// sample another: bits 0-12 hold the requests in flight (room above
+// MaxConcurrencyLimit for adds that race past the limit and are undone),
+// bits 13-21 the samples of the window, bits 22-57 the samples' sum in
+// units of 4µs, and bits 58-63 a ticket that each Acquire turns in the
+// same add (it picks the attempts that are timed; its carry leaves the
+// word).
 const (
-	flightBits  = 12
+	flightBits  = 13
 	flightMask  = 1<<flightBits - 1
 	countShift  = flightBits
-	countMask   = 1<<10 - 1
-	ticketShift = 22
+	countMask   = 1<<9 - 1
+	sumShift    = 22
+	ticketShift = 58
 	ticketMask  = 63 << ticketShift
-	maxSparse   = 63 // one attempt in 64 timed at the least
-	sumShift    = 28
+	acquireOne  = 1<<ticketShift + 1 // adding it turns the ticket and adds one to the flight
+	maxSparse   = 63                 // one attempt in 64 timed at the least
 	sumUnit     = 4 * time.Microsecond
-	maxSamples  = 256                      // a window closes at this many samples
-	minSamples  = 16                       // and, before maxWindowNS, not with fewer
-	maxSample   = (1<<36 - 1) / countMask  // the longest sample, in sumUnits (268s), so the sum cannot overflow
-	releaseOne  = flightMask               // adding it takes one from the flight and adds one to the count
-	minWindowNS = int64(time.Millisecond)  // the shortest window
-	maxWindowNS = int64(10 * time.Second)  // the longest window
-	noReference = int64(math.MaxInt64 / 2) // the reference before any sample
+	maxSamples  = 256                                         // a window closes at this many samples; more are not counted
+	minSamples  = 16                                          // and, before maxWindowNS, not with fewer
+	maxSample   = (1<<(ticketShift-sumShift) - 1) / countMask // the longest sample, in sumUnits (537s), so the sum cannot overflow
+	releaseOne  = 1<<countShift - 1                           // adding it takes one from the flight and adds one to the count
+	minWindowNS = int64(time.Millisecond)                     // the shortest window
+	maxWindowNS = int64(10 * time.Second)                     // the longest window
+	noReference = int64(math.MaxInt64 / 2)                    // the reference before any sample
 )
 
 // ConcurrencyLimit is one host's limit and its requests in flight. Make
@@ -203,21 +206,42 @@ func (c *Concurrency) normal() Concurrency {
 }
 
 // Acquire takes a slot when fewer requests than the limit are in flight,
-// and reports whether it did. Without contention it is one
-// compare-and-swap. timed says whether the attempt should be timed:
-// every one while a window sees few, one in up to 64 when it sees many,
-// so that a busy host's requests do not all pay for reading the clock
-// twice. An attempt not timed is released with [ConcurrencyUntimed] and
-// a zero time, unless it is a loss.
+// and reports whether it did. Without contention it is one atomic add
+// (an add that races past the limit is undone, and a slot then sought
+// with a compare-and-swap); a limit found full costs no write. timed
+// says whether the attempt should be timed: every one while a window
+// sees few, one in up to 64 when it sees many, so that a busy host's
+// requests do not all pay for reading the clock twice. An attempt not
+// timed is released with [ConcurrencyUntimed] and a zero time, unless it
+// is a loss.
 func (l *ConcurrencyLimit) Acquire() (ok, timed bool) {
+	limit := uint64(l.limit.Load())
+	if l.word.Load()&flightMask >= limit {
+		return false, false
+	}
+	w := l.word.Add(acquireOne) - acquireOne
+	if w&flightMask >= limit {
+		// Raced past the limit: undo, and take a slot only if one is
+		// free once the races are undone, so that no slot stays free
+		// while a request was refused for this add.
+		l.word.Add(^uint64(0))
+		if w, ok = l.acquireSlow(); !ok {
+			return false, false
+		}
+	}
+	return true, (w>>ticketShift)&l.sparse.Load() == 0
+}
+
+// acquireSlow takes a slot with a compare-and-swap, when the limit
+// allows one, and returns the word it found.
+func (l *ConcurrencyLimit) acquireSlow() (uint64, bool) {
 	for {
 		w := l.word.Load()
 		if int64(w&flightMask) >= l.limit.Load() {
-			return false, false
+			return w, false
 		}
-		turned := (w+1<<ticketShift)&ticketMask | w&^ticketMask
-		if l.word.CompareAndSwap(w, turned+1) {
-			return true, (w>>ticketShift)&l.sparse.Load() == 0
+		if l.word.CompareAndSwap(w, w+1) {
+			return w, true
 		}
 	}
 }
@@ -239,6 +263,10 @@ func (l *ConcurrencyLimit) Release(now time.Time, rtt time.Duration, o Concurren
 	var w uint64
 	switch o {
 	case ConcurrencyServed:
+		if (l.word.Load()>>countShift)&countMask >= maxSamples {
+			w = l.word.Add(^uint64(0)) // the window is full and about to end: the sample is not counted
+			break
+		}
 		u := uint64(max(rtt, 0) / sumUnit)
 		if u == 0 {
 			u = 1 // a sample under the unit still counts
@@ -301,7 +329,7 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 	var count, sum uint64
 	for {
 		w := l.word.Load()
-		count, sum = (w>>countShift)&countMask, w>>sumShift
+		count, sum = (w>>countShift)&countMask, (w&^ticketMask)>>sumShift
 		if !l.due(t, count+uint64(l.losses)) {
 			return false, 0, 0 // not yet, or ended by another request meanwhile
 		}

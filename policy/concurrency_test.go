@@ -285,3 +285,62 @@ func TestConcurrencyLimitKeepsLongSamples(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrencyLimitNeverAdmitsPastIt: callers racing for the last
+// slots of a limit never hold more than it, and every slot comes back.
+func TestConcurrencyLimitNeverAdmitsPastIt(t *testing.T) {
+	const limit, callers, rounds = 3, 8, 20000
+	l := (&Concurrency{Initial: limit, Min: limit, Max: limit}).NewLimit(time.Now())
+	var mu sync.Mutex
+	held, most, admitted := 0, 0, 0
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range rounds {
+				ok, _ := l.Acquire()
+				if !ok {
+					continue
+				}
+				mu.Lock()
+				held++
+				most, admitted = max(most, held), admitted+1
+				mu.Unlock()
+				mu.Lock()
+				held--
+				mu.Unlock()
+				l.Release(time.Time{}, 0, ConcurrencyUntimed)
+			}
+		})
+	}
+	wg.Wait()
+	if most > limit || admitted == 0 {
+		t.Errorf("at most %d held at once of a limit of %d (%d admitted), want between 1 and %d", most, limit, admitted, limit)
+	}
+	if got := l.InFlight(); got != 0 {
+		t.Errorf("in flight after every release = %d, want 0", got)
+	}
+}
+
+// TestConcurrencyLimitWindowCountsNoMoreThanItHolds: samples that arrive
+// while a window cannot end (another request holds its lock) are not
+// counted past the window's size, so the window's mean stays right.
+func TestConcurrencyLimitWindowCountsNoMoreThanItHolds(t *testing.T) {
+	now := time.Now()
+	l := (&Concurrency{}).NewLimit(now)
+	const rtt = 3 * time.Millisecond
+	l.mu.Lock() // a window ending elsewhere, or a refusal reading the reference
+	for range 1200 {
+		l.Acquire()
+		now = now.Add(time.Millisecond)
+		l.Release(now, rtt, ConcurrencyServed)
+	}
+	l.mu.Unlock()
+	if n := (l.word.Load() >> countShift) & countMask; n > maxSamples {
+		t.Errorf("%d samples counted in the window, want at most %d", n, maxSamples)
+	}
+	l.Acquire()
+	l.Release(now.Add(time.Millisecond), rtt, ConcurrencyServed)
+	if got := l.Reference(); got != rtt {
+		t.Errorf("reference after the window = %v, want %v", got, rtt)
+	}
+}

@@ -113,7 +113,11 @@ func concurrencyMiddleware(c *policy.Concurrency, reg *hosts.Registry, h Hooks) 
 	}
 	cfg := &concConfig{slot: slot, onChange: h.OnConcurrencyChange, onRefuse: h.OnConcurrencyRefuse}
 	return func(next http.RoundTripper) http.RoundTripper {
-		return &concurrencyTransport{c: cfg, next: orDefault(next)}
+		t := &concurrencyTransport{c: cfg, next: orDefault(next)}
+		if b, ok := next.(*breakerTransport); ok && b.b.c.key == nil && b.b.slot.Registry() == slot.Registry() {
+			t.breaker = b // New's Breaker just beneath, its circuits in the same entries: one lookup finds both
+		}
+		return t
 	}
 }
 
@@ -126,6 +130,10 @@ type concConfig struct {
 type concurrencyTransport struct {
 	c    *concConfig
 	next http.RoundTripper
+	// breaker is next when it is a Breaker whose circuits are kept by
+	// host in the same registry: it is handed the host's entry found
+	// here. Nil otherwise.
+	breaker *breakerTransport
 }
 
 // CloseIdleConnections forwards to the next RoundTripper.
@@ -137,7 +145,7 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 	if req.URL == nil {
 		return t.next.RoundTrip(req)
 	}
-	h := t.c.slot.GetURL(req.URL)
+	e, h := t.c.slot.EntryURL(req.URL)
 	if h == nil { // the registry is full of hosts that must be kept: no limit
 		return t.next.RoundTrip(req)
 	}
@@ -159,7 +167,13 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 			h.Release(time.Time{}, 0, policy.ConcurrencyIgnored)
 		}
 	}()
-	resp, err := t.next.RoundTrip(req)
+	var resp *http.Response
+	var err error
+	if t.breaker != nil {
+		resp, err = t.breaker.roundTripOn(req, e)
+	} else {
+		resp, err = t.next.RoundTrip(req)
+	}
 	released = true
 	o := concOutcome(req, resp, err)
 	var end time.Time

@@ -494,3 +494,77 @@ func TestConcurrencyIgnoresHedgeLosers(t *testing.T) {
 		srv.Close()
 	})
 }
+
+// TestConcurrencyAddsNoAllocation: a request that succeeds allocates as
+// much with Options.Concurrency as without it.
+func TestConcurrencyAddsNoAllocation(t *testing.T) {
+	allocs := func(c *policy.Concurrency) float64 {
+		rt := New(Options{Base: memBase, Concurrency: c})
+		req, _ := http.NewRequest("GET", "http://api.test/v1/things", nil)
+		return testing.AllocsPerRun(200, func() {
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	off, on := allocs(nil), allocs(&policy.Concurrency{})
+	if on != off {
+		t.Errorf("allocations of a GET: %v with Concurrency, %v without; want equal", on, off)
+	}
+}
+
+// TestConcurrencyHandsItsHostToTheBreaker: in New, the Concurrency layer
+// finds the host's entry once and the Breaker beneath counts its
+// outcomes there: a host that fails opens its breaker, and one that
+// serves keeps it closed, as without the limit.
+func TestConcurrencyHandsItsHostToTheBreaker(t *testing.T) {
+	for _, status := range []int{http.StatusOK, http.StatusInternalServerError} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			base := Func(func(r *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: status, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+			})
+			rt, ct := chainFinding(base, Options{Concurrency: &policy.Concurrency{}, Retry: policy.Retry{MaxAttempts: 1},
+				Breaker: BreakerSettings{ConsecutiveFailures: 3}})
+			if ct == nil || ct.breaker == nil {
+				t.Fatal("New's Concurrency layer has no Breaker beneath it to hand the host to")
+			}
+			var errs []error
+			for range 5 {
+				req, _ := http.NewRequest("GET", "http://api.test/v1/things", nil)
+				resp, err := rt.RoundTrip(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				errs = append(errs, err)
+			}
+			u, _ := http.NewRequest("GET", "http://api.test/", nil)
+			got, want := ct.breaker.b.State(u.URL), BreakerClosed
+			if status >= 500 {
+				want = BreakerOpen
+				if !errors.Is(errs[4], ErrCircuitOpen) {
+					t.Errorf("fifth request: %v, want ErrCircuitOpen", errs[4])
+				}
+			}
+			if got != want {
+				t.Errorf("breaker after 5 responses of %d: %v, want %v", status, got, want)
+			}
+		})
+	}
+}
+
+// chainFinding is Chain(base, Layers(o)...), and the Concurrency layer
+// in it.
+func chainFinding(base http.RoundTripper, o Options) (http.RoundTripper, *concurrencyTransport) {
+	mws := Layers(o)
+	rt, ct := base, (*concurrencyTransport)(nil)
+	for i := len(mws) - 1; i >= 0; i-- {
+		rt = mws[i](rt)
+		if c, ok := rt.(*concurrencyTransport); ok {
+			ct = c
+		}
+	}
+	return rt, ct
+}

@@ -2,12 +2,12 @@ package transport
 
 import (
 	"context"
-	"errors"
-	"github.com/sturdyhttp/sturdy/internal/timecut"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/sturdyhttp/sturdy/internal/respbody"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 )
 
 // Deadline returns a middleware that bounds everything beneath it to d. The
@@ -127,82 +127,8 @@ func (t *bound) hard(req *http.Request) (*http.Response, error) {
 		cancel()
 		return resp, err
 	}
-	b := &cancelBody{rc: resp.Body, ctx: ctx, cancel: cancel, cut: t.l.DlErr}
-	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		// net/http stops watching the context after a 101: the deadline
-		// closes the connection itself.
-		context.AfterFunc(ctx, func() { rw.Close() })
-		resp.Body = &cancelBodyRW{cancelBody: b, wc: rw}
-		return resp, nil
-	}
-	resp.Body = b
+	resp.Body = respbody.Cancel(ctx, resp, cancel, t.l.DlErr)
 	return resp, nil
-}
-
-// cancelBody releases a context when its body is read to the end or
-// closed; an error after the context's deadline is the deadline's.
-type cancelBody struct {
-	rc     io.ReadCloser
-	ctx    context.Context
-	cancel context.CancelFunc
-	cut    error // the cause the context ends with at its deadline
-}
-
-func (b *cancelBody) Read(p []byte) (int, error) {
-	n, err := b.rc.Read(p)
-	if err != nil {
-		if err != io.EOF && context.Cause(b.ctx) == b.cut {
-			err = b.cut
-		}
-		b.cancel()
-	}
-	return n, err
-}
-
-func (b *cancelBody) Close() error {
-	err := b.rc.Close()
-	b.cancel()
-	return err
-}
-
-// cancelBodyRW is a cancelBody over an upgraded connection.
-type cancelBodyRW struct {
-	*cancelBody
-	wc io.Writer
-}
-
-func (b *cancelBodyRW) Write(p []byte) (int, error) { return b.wc.Write(p) }
-
-// CloseWrite half-closes the upgraded connection.
-func (b *cancelBodyRW) CloseWrite() error { return closeWrite(b.wc) }
-
-// cancel ends a hedge copy's context as canceled, unless it has ended.
-func (op *boundOp) cancel() { op.w.Release() }
-
-// hold hands back an outcome of a hedge copy sent with op's context, and
-// keeps that context until the response's body is done with: it is
-// released at once on error or for a response without a body, else when
-// the body is read to EOF or closed.
-func (op *boundOp) hold(resp *http.Response, err error) (*http.Response, error) {
-	w := &op.w
-	if err != nil || resp == nil || resp.Body == nil || resp.Body == http.NoBody {
-		w.Release()
-		return resp, err
-	}
-	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		resp.Body = &boundBodyRW{boundBody{rc: rw, w: w}, rw}
-		return resp, nil
-	}
-	op.body = boundBody{rc: resp.Body, w: w}
-	resp.Body = &op.body
-	return resp, nil
-}
-
-func closeWrite(w io.Writer) error {
-	if cw, ok := w.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
 }
 
 // newLimits returns the limits of a bound named name: d and idle (0 or

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sturdyhttp/sturdy/internal/endpoint"
@@ -147,15 +145,11 @@ func newEndpoints(e Endpoints, h Hooks) *endpoints {
 	return ep
 }
 
-// endpointOp is what one operation carries for Endpoints: the addresses
-// it tried, the origin its next attempt starts at, and what served it.
+// endpointOp is what one operation carries for Endpoints, with the
+// Endpoints of its stack.
 type endpointOp struct {
-	ep    *endpoints
-	next  atomic.Int32 // index in the origin's list the next attempt starts at
-	mu    sync.Mutex
-	tried []*endpoint.Pool // the addresses the operation's attempts went to
-	// origin and addr are the origin and address of its latest response.
-	origin, addr string
+	endpoint.Op
+	ep *endpoints
 }
 
 // endpointOpOf returns the endpointOp of ctx's operation, nil if none.
@@ -166,37 +160,12 @@ func endpointOpOf(ctx context.Context) *endpointOp {
 	return nil
 }
 
-// triedSnapshot returns the addresses op tried so far; nil op has none.
-func (op *endpointOp) triedSnapshot() []*endpoint.Pool {
+// record returns op's record of the operation; nil for a nil op.
+func (op *endpointOp) record() *endpoint.Op {
 	if op == nil {
 		return nil
 	}
-	op.mu.Lock()
-	defer op.mu.Unlock()
-	return op.tried[:len(op.tried):len(op.tried)]
-}
-
-func (op *endpointOp) addTried(p *endpoint.Pool) {
-	if op == nil {
-		return
-	}
-	op.mu.Lock()
-	op.tried = append(op.tried, p)
-	op.mu.Unlock()
-}
-
-func (op *endpointOp) served(origin, addr string) {
-	if op == nil {
-		return
-	}
-	op.mu.Lock()
-	if origin != "" {
-		op.origin = origin
-	}
-	if addr != "" {
-		op.addr = addr
-	}
-	op.mu.Unlock()
+	return &op.Op
 }
 
 // operation returns the outermost layer of Endpoints: it gives each
@@ -282,46 +251,22 @@ func (t *alternatesTransport) RoundTrip(req *http.Request) (*http.Response, erro
 		return t.next.RoundTrip(req)
 	}
 	ctx := req.Context()
-	op := endpointOpOf(ctx)
 	st := opOf(ctx)
-	start := 0
-	if op != nil {
-		start = int(op.next.Load()) % len(list)
+	a := endpoint.Alternates{Next: t.next, List: list, Op: endpointOpOf(ctx).record(), Adjust: t.ep.e.Adjust,
+		Refused: func(req *http.Request, u *url.URL, at time.Time) bool { return t.ep.refusedOrigin(st, req, u, at) },
+		Unsent:  func(err error) bool { return errors.Is(err, ErrCircuitOpen) },
+		Ended:   func() bool { return callerEnded(ctx) },
 	}
-	i := t.ep.pick(st, req, list, start, time.Now())
-	for tries := 1; ; tries++ {
-		r := req
-		if i != 0 {
-			r = endpoint.Rewrite(req, list[i], t.ep.e.Adjust)
-			if f := t.ep.onFailover; f != nil {
-				reason := failoverFailed
-				if i != start || start == 0 {
-					reason = failoverOpen
-				}
-				f(FailoverEvent{Request: req, From: list[0].Name, To: list[i].Name, Reason: reason})
+	if f := t.ep.onFailover; f != nil {
+		a.OnFailover = func(req *http.Request, from, to string, open bool) {
+			reason := failoverFailed
+			if open {
+				reason = failoverOpen
 			}
+			f(FailoverEvent{Request: req, From: from, To: to, Reason: reason})
 		}
-		resp, err := t.next.RoundTrip(r)
-		if err != nil && errors.Is(err, ErrCircuitOpen) && tries < len(list) {
-			// Refused unsent by the origin's breaker (a half-open one
-			// whose probes are taken): the next origin, when the body can
-			// be sent again. Nothing was sent, so nothing is resent.
-			if body, ok := endpoint.FreshBody(req); ok {
-				req = body
-				i = t.ep.pick(st, req, list, (i+1)%len(list), time.Now())
-				continue
-			}
-		}
-		if op != nil {
-			o := policy.Outcome{Request: r, Response: resp, Err: err, CallerEnded: callerEnded(ctx)}
-			if policy.FailsOver(o) {
-				op.next.Store(int32((i + 1) % len(list)))
-			} else if err == nil {
-				op.served(list[i].Name, "")
-			}
-		}
-		return resp, err
 	}
+	return a.Send(req)
 }
 
 // routeOf returns the request that an attempt of req made at at would
@@ -341,7 +286,7 @@ func routeOf(req *http.Request, at time.Time) *http.Request {
 	if list == nil {
 		return req
 	}
-	i := op.ep.pick(opOf(ctx), req, list, int(op.next.Load())%len(list), at)
+	i := op.ep.pick(opOf(ctx), req, list, int(op.Next.Load())%len(list), at)
 	if i == 0 {
 		return req
 	}
@@ -356,9 +301,7 @@ func servedBy(resp *http.Response, op *Operation) bool {
 	if e == nil {
 		return false
 	}
-	e.mu.Lock()
-	op.Origin, op.Address = e.origin, e.addr
-	e.mu.Unlock()
+	op.Origin, op.Address = e.ServedBy()
 	if op.Origin == "" && resp.Request.URL != nil {
 		op.Origin = hosts.KeyOf(resp.Request.URL).String()
 	}

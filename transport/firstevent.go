@@ -2,12 +2,11 @@ package transport
 
 import (
 	"context"
+	"net/http"
+	"time"
+
 	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
-	"io"
-	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/sturdyhttp/sturdy/internal/lex"
 	"github.com/sturdyhttp/sturdy/internal/stream"
@@ -16,14 +15,6 @@ import (
 
 // boundFirstEvent names the first-event bound in a [*DeadlineError].
 const boundFirstEvent = "FirstEventTimeout"
-
-// maxAhead is how much of a stream is read, at most, while no content
-// event has come: past it the stream is handed back as it is.
-const maxAhead = 1 << 20
-
-// aheadChunk is the first read buffer's size: an opening envelope and a
-// first event fit in it.
-const aheadChunk = 4 << 10
 
 // FirstEvent returns a middleware that hands a streamed response back at
 // its first content event rather than at its headers. It acts on
@@ -93,8 +84,8 @@ func (t *firstEvent) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body == nil || resp.Body == http.NoBody {
 		return resp, err
 	}
-	f := formatOf(streamMediaType(resp))
-	if f == 0 || !bodyDone(req) {
+	f := stream.Format(resp)
+	if f == 0 || !reqbody.Done(req) {
 		return resp, nil
 	}
 	if t.c.onCommit == nil {
@@ -127,118 +118,23 @@ type StreamEvent struct {
 	Wait time.Duration
 }
 
-// bodyDone reports whether req's body is known to be whole and on its
-// way: none, one that GetBody can make again or whose length is declared
-// (the transport sends it by itself), or one kept as it is sent that has
-// been read to its end. Any other body may be a full-duplex stream that
-// its caller writes only once the response is handed back: waiting for
-// the first event before then would wait for ever.
-func bodyDone(req *http.Request) bool {
-	if req.Body == nil || req.Body == http.NoBody || req.GetBody != nil || req.ContentLength > 0 {
-		return true
-	}
-	t := reqbody.TeeOf(req.Body)
-	return t != nil && t.Complete()
-}
-
-// formatOf returns how a response whose streamMediaType is ct frames its
-// events when it is a stream whose first event can be told: server-sent
-// events or NDJSON (JSON Lines included); 0 for any other response.
-func formatOf(ct string) lex.EventFormat {
-	f, _ := streamFormat(ct)
-	return f
-}
-
 // readAhead reads resp's body until its first content event, and hands
 // resp back with a body that gives the bytes read, then the rest; or
 // returns the failed attempt that the events before it make. The
 // Timeout of [New] above is held off meanwhile (see holdDeadline).
 func (c *firstEventConfig) readAhead(req *http.Request, resp *http.Response, f lex.EventFormat) (*http.Response, error) {
-	a := aheadRead{hold: holdDeadline(req.Context()), w: c.watch(resp.Body), buf: make([]byte, 0, aheadChunk)}
-	defer a.w.Release()
-	body := resp.Body
-	sc := lex.EventScanner{Format: f}
-	for {
-		if len(a.buf) == cap(a.buf) {
-			a.buf = append(a.buf, 0)[:len(a.buf)] // grow
-		}
-		a.w.Enter()
-		n, rerr := body.Read(a.buf[len(a.buf):cap(a.buf)])
-		a.w.Leave()
-		a.buf = a.buf[:len(a.buf)+n]
-		for {
-			ev, ok := sc.Next(a.buf)
-			switch {
-			case !ok:
-			case ev.Comment:
-				continue
-			case ev.Other: // not SSE after all: handed back as it is
-				return a.commit(resp), nil
-			default:
-				v := c.s.Judge(ev.Name, ev.Data)
-				switch {
-				case v.Kind == policy.EventKeepalive:
-					continue
-				case v.Kind == policy.EventContent || v.Final || !c.judge:
-					return a.commit(resp), nil
-				}
-				return a.fail(req, resp, v.Status, "stream error event "+v.Type), nil
-			}
-			break
-		}
-		if rerr == io.EOF && c.judge {
-			// The end of the stream: an NDJSON record at EOF needs no
-			// line end; a stream that carried nothing at all is a
-			// complete empty result, handed back as a success; one that
-			// opened and ended before its content is a failed attempt.
-			if ev, ok := sc.Finish(a.buf); ok {
-				v := c.s.Judge(ev.Name, ev.Data)
-				switch {
-				case v.Kind == policy.EventContent || v.Final:
-					return a.commit(resp), nil
-				case v.Kind == policy.EventError:
-					return a.fail(req, resp, v.Status, "stream error event "+v.Type), nil
-				}
-			}
-			if sc.Blank() {
-				return a.commit(resp), nil
-			}
-			return a.fail(req, resp, http.StatusBadGateway, "stream ended before its first event"), nil
-		}
-		switch {
-		case rerr == io.EOF, len(a.buf) >= maxAhead:
-			return a.commit(resp), nil
-		case rerr != nil:
-			if cut := a.w.Release(); cut != nil {
-				rerr = cut
-			}
-			a.hold.Unhold(false)
-			body.Close()
-			return nil, &ResponseBodyError{Status: resp.StatusCode, Read: int64(len(a.buf)), Err: rerr}
-		}
+	hold, w := holdDeadline(req.Context()), stream.Watch(&c.l, resp.Body)
+	a := stream.ReadAhead(resp.Body, f, c.s, c.judge, w)
+	w.Release()
+	hold.Unhold(a.Err == nil && a.Status == 0)
+	switch {
+	case a.Err != nil:
+		return nil, &ResponseBodyError{Status: resp.StatusCode, Read: int64(len(a.Buf)), Err: a.Err}
+	case a.Status != 0:
+		return judgedStream(req, resp, a.Buf, a.Status, a.Why), nil
 	}
-}
-
-// aheadRead is the state of one read ahead.
-type aheadRead struct {
-	hold *timecut.Watch // the Timeout bound above, its deadline held off; nil: none
-	w    *timecut.Watch // the read ahead's limits
-	buf  []byte         // every byte read
-}
-
-// commit ends the read ahead with resp handed back, its body read from
-// the start.
-func (a *aheadRead) commit(resp *http.Response) *http.Response {
-	a.w.Release()
-	a.hold.Unhold(true)
-	return commitStream(resp, a.buf, resp.Body)
-}
-
-// fail ends the read ahead with a failed attempt judged as status.
-func (a *aheadRead) fail(req *http.Request, resp *http.Response, status int, why string) *http.Response {
-	a.w.Release()
-	a.hold.Unhold(false)
-	return judgedStream(req, resp, a.buf, resp.Body, status, why)
+	resp.Body = stream.NewAhead(a.Buf, resp.Body, true) // read from the start
+	return resp, nil
 }
 
 // holdDeadline holds off the deadline of the Timeout bound of [New] above
@@ -266,38 +162,23 @@ func holdDeadline(ctx context.Context) *timecut.Watch {
 	return nil
 }
 
-// commitStream hands resp back with its body read from the start.
-func commitStream(resp *http.Response, buf []byte, body io.ReadCloser) *http.Response {
-	resp.Body = stream.NewAhead(buf, body, true)
-	return resp
-}
-
 // judgedStream returns the failed attempt that resp's opening events
 // make: a copy of resp with the status they stand for, whose body gives
 // the bytes read and then ends. The original is kept in the copy's
 // request context, for [restoreStream] to hand back whole.
-func judgedStream(req *http.Request, resp *http.Response, buf []byte, body io.ReadCloser, status int, why string) *http.Response {
-	h := &heldStream{orig: resp, status: status, body: stream.NewAhead(buf, body, false)}
-	j := *resp
-	j.StatusCode = status
-	j.Status = strconv.Itoa(status) + " " + why
-	j.Body = h.body
-	j.ContentLength = -1
+func judgedStream(req *http.Request, resp *http.Response, buf []byte, status int, why string) *http.Response {
+	j, h := stream.Judged(resp, buf, status, why)
 	base := req
 	if resp.Request != nil {
 		base = resp.Request
 	}
 	j.Request = base.WithContext(withScope(base.Context(), func(s *scope) { s.held = h }))
-	return &j
+	return j
 }
 
 // heldStream is a stream judged a failed attempt, kept so that it can be
 // handed back as it came when no attempt follows.
-type heldStream struct {
-	orig   *http.Response
-	status int // the status it was judged as
-	body   *stream.Ahead
-}
+type heldStream = stream.Held
 
 // restoreStream hands back, in place of a stream judged a failed
 // attempt, the stream as it came: its status, and a body that reads
@@ -313,13 +194,7 @@ func restoreStream(resp *http.Response) *http.Response {
 	if s == nil {
 		return resp
 	}
-	h := s.held
-	if h == nil || h.status != resp.StatusCode || h.body.IsOpen() {
-		return resp
-	}
-	h.body.Open()
-	resp.StatusCode, resp.Status = h.orig.StatusCode, h.orig.Status
-	resp.ContentLength, resp.Request = h.orig.ContentLength, h.orig.Request
+	s.held.Restore(resp)
 	return resp
 }
 
@@ -329,17 +204,4 @@ func restoreStreamErr(resp *http.Response, err error) (*http.Response, error) {
 		resp = restoreStream(resp)
 	}
 	return resp, err
-}
-
-// watch returns a watch over a read ahead of body: its cut closes the
-// body, which ends a Read blocked on it.
-func (c *firstEventConfig) watch(body io.Closer) *timecut.Watch {
-	w := &timecut.Watch{}
-	w.Start(&c.l, timecut.Now(), func(err error) {
-		if err != nil {
-			body.Close()
-		}
-	})
-	w.BodyStarts(true, true)
-	return w
 }

@@ -2,12 +2,11 @@ package transport
 
 import (
 	"context"
-	"github.com/sturdyhttp/sturdy/internal/reqbody"
-	"github.com/sturdyhttp/sturdy/internal/timecut"
-	"io"
 	"net/http"
-	"sync/atomic"
 	"time"
+
+	"github.com/sturdyhttp/sturdy/internal/hedge"
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 
 	"github.com/sturdyhttp/sturdy/policy"
 )
@@ -59,19 +58,22 @@ func Hedge(h policy.Hedge) Middleware {
 // its own.
 func hedgeMiddleware(h policy.Hedge, budget retryBudget) Middleware {
 	c := &hedgeConfig{
-		policy:     h,
-		fixed:      h.Delay,
-		floor:      h.DelayFloor(),
-		hedges:     h.Hedges(),
-		budget:     budget,
-		classify:   h.Classifier(),
-		defaultCls: h.Classify == nil,
-		bufLimit:   h.BufferLimit(),
-		probLimit:  h.ProblemLimit(),
-		keyHeader:  h.KeyHeader(),
-		onHedge:    h.OnHedge,
-		onWon:      h.OnHedgeWon,
-		onCancel:   h.OnCopyCanceled,
+		Config: hedge.Config{
+			Policy:     h,
+			Hedges:     h.Hedges(),
+			Classify:   h.Classifier(),
+			DefaultCls: h.Classify == nil,
+			ProbLimit:  h.ProblemLimit(),
+			KeyHeader:  h.KeyHeader(),
+			OnHedge:    h.OnHedge,
+			OnWon:      h.OnHedgeWon,
+			OnCancel:   h.OnCopyCanceled,
+			HostKey:    HostKey,
+		},
+		fixed:    h.Delay,
+		floor:    h.DelayFloor(),
+		budget:   budget,
+		bufLimit: h.BufferLimit(),
 	}
 	return func(next http.RoundTripper) http.RoundTripper {
 		t := &hedger{next: orDefault(next), c: c}
@@ -82,19 +84,13 @@ func hedgeMiddleware(h policy.Hedge, budget retryBudget) Middleware {
 	}
 }
 
+// hedgeConfig is what a Hedge layer's races share, and what decides
+// whether a request races.
 type hedgeConfig struct {
-	policy       policy.Hedge // decides when a copy is sent
+	hedge.Config
 	fixed, floor time.Duration
-	hedges       int
 	budget       retryBudget
-	classify     policy.Classifier
-	defaultCls   bool
 	bufLimit     int64
-	probLimit    int64
-	keyHeader    string
-	onHedge      func(policy.HedgeEvent)
-	onWon        func(policy.HedgeEvent)
-	onCancel     func(policy.HedgeEvent)
 }
 
 type hedger struct {
@@ -102,10 +98,6 @@ type hedger struct {
 	c    *hedgeConfig
 	lat  *policy.Latencies // nil with a fixed delay
 }
-
-// copyLimits are those of a hedge copy's watch: no deadline, no idle
-// cut; it ends when canceled or released.
-var copyLimits timecut.Limits
 
 // out returns a copy's outcome to the layer above: a stream judged a
 // failed attempt is restored unless a Retry above (found through the
@@ -119,6 +111,21 @@ func (t *hedger) out(req *http.Request, resp *http.Response, err error) (*http.R
 
 func (t *hedger) CloseIdleConnections() { closeIdle(t.next) }
 
+// The operation is the [hedge.Stack] of its Hedge's race.
+
+// HedgeRefused is hedgeRefusedAt.
+func (op *operation) HedgeRefused(r *http.Request, at time.Time) error {
+	return op.hedgeRefusedAt(r, at)
+}
+
+// Copy returns ctx marked as the context of hedge copy i.
+func (op *operation) Copy(ctx context.Context, i int) context.Context {
+	return withScope(ctx, func(s *scope) { s.copy = i })
+}
+
+// AttemptOf is [AttemptFromContext].
+func (op *operation) AttemptOf(ctx context.Context) int { return AttemptFromContext(ctx) }
+
 // HedgeCopyFromContext returns which copy of a hedged request a request
 // is, as set by [Hedge] on each copy's context: 1 for the first copy, 2
 // for the first hedge, and so on; 0 for a request that no hedge race
@@ -131,377 +138,22 @@ func HedgeCopyFromContext(ctx context.Context) int {
 	return 0
 }
 
-// hedgeCopy is one copy of a hedged request.
-type hedgeCopy struct {
-	op *boundOp // the copy's watch, request and body, in one allocation
-	// detach stops the copy's context from following the request's: a
-	// losing copy is detached before its response is drained in the
-	// background, so that the end of the operation (the winner's body
-	// read or closed releases the bounds above) does not cut the drain
-	// and close a connection that would have gone back to the pool. The
-	// drain is bounded by discardWait. Nil: nothing to detach.
-	detach func() bool
-	done   bool
-}
-
-// copyContext returns the context of copy i of a request whose context
-// is ctx, the function that cancels it alone, and the one that detaches
-// it from ctx (nil when ctx never ends). It keeps ctx's values and its
-// deadline; ctx's end reaches it until it is detached.
-func copyContext(ctx context.Context, i int) (context.Context, context.CancelCauseFunc, func() bool) {
-	base := withScope(ctx, func(s *scope) { s.copy = i })
-	if ctx.Done() == nil {
-		c, cancel := context.WithCancelCause(base)
-		return c, cancel, nil
-	}
-	c, cancel := context.WithCancelCause(context.WithoutCancel(base))
-	detach := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	if dl, ok := ctx.Deadline(); ok {
-		// The parent's deadline is reported, and its end forwarded:
-		// net/http reads a deadline off the context it is given.
-		var stop context.CancelFunc
-		c, stop = context.WithDeadlineCause(c, dl, context.DeadlineExceeded)
-		prev := cancel
-		cancel = func(err error) { prev(err); stop() }
-	}
-	return c, cancel, detach
-}
-
-// hedgeResult is what one copy ended with.
-type hedgeResult struct {
-	i    int
-	resp *http.Response
-	err  error
-	ok   bool // acceptable: it may win while other copies run
-}
-
 func (t *hedger) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := t.c
-	if req.URL == nil || c.hedges == 0 || attemptsOf(req.Context()) == 1 { // WithAttempts(ctx, 1): sent once
+	if req.URL == nil || c.Hedges == 0 || attemptsOf(req.Context()) == 1 { // WithAttempts(ctx, 1): sent once
 		resp, err := t.next.RoundTrip(req)
 		return t.out(req, resp, err)
 	}
-	h := hedgeRace{t: t, start: time.Now(), delay: c.fixed}
-	h.op, req = withOp(req)
-	h.req, h.budget = req, c.budget
-	if rc := h.op.retryConfig(); rc != nil && rc.budget != nil && (h.budget == nil || h.budget == rc.budget) {
-		h.budget = rc.budget // the Retry above counted the operation in it
-	} else if h.budget != nil {
-		h.budget.request(req.URL, timecut.Of(h.start))
+	op, req := withOp(req)
+	start := time.Now()
+	budget := c.budget
+	if rc := op.retryConfig(); rc != nil && rc.budget != nil && (budget == nil || budget == rc.budget) {
+		budget = rc.budget // the Retry above counted the operation in it
+	} else if budget != nil {
+		budget.Request(req.URL, timecut.Of(start))
 	}
-	s := policy.HedgeStart{SafeToResend: policy.SafeToResend(req, c.keyHeader), DelayKnown: true, Replayable: true}
-	if t.lat != nil && s.SafeToResend {
-		h.key = HostKey(req)
-		d, ok := t.lat.Delay(h.key)
-		h.delay, s.DelayKnown = max(d, c.floor), ok
-	}
-	if !c.policy.Race(s) {
-		resp, err := t.next.RoundTrip(req)
-		if err == nil && s.SafeToResend && !s.DelayKnown {
-			t.lat.Observe(h.key, time.Since(h.start)) // nothing known of the host yet: learn
-		}
-		return t.out(req, resp, err)
-	}
-	body, err := reqbody.New(req, c.bufLimit)
-	if err != nil {
-		return nil, err
-	}
-	defer body.Finish() // the caller's body is closed once no copy reads it
-	if s.Replayable = body.Replayable(); !c.policy.Race(s) {
-		r := req
-		if body.First != nil {
-			r = body.FirstRequest(req)
-		}
-		resp, err := t.next.RoundTrip(r)
-		return t.out(req, resp, err)
-	}
-	h.body = &body
-	resp, err := h.race()
+	h := &hedge.Race{C: &c.Config, Next: t.next, Lat: t.lat, Req: req, St: op, Budget: budget,
+		Start: start, Delay: c.fixed, Floor: c.floor, BufLimit: c.bufLimit}
+	resp, err := h.Do()
 	return t.out(req, resp, err)
-}
-
-// hedgeRace is one race of a request's copies.
-type hedgeRace struct {
-	t       *hedger
-	op      *operation
-	req     *http.Request
-	budget  retryBudget
-	key     string // the latency sketch's key, with an adaptive delay
-	body    *reqbody.Replay
-	start   time.Time
-	delay   time.Duration
-	copies  []hedgeCopy
-	results chan hedgeResult
-	// answered is set when a copy's round trip returns, before it is
-	// judged (which may read a problem body): from then on no hedge is
-	// sent, as none is once a copy has its headers.
-	answered atomic.Bool
-	running  int
-	held     *hedgeResult // the first failure, returned if nothing wins
-	failed   bool         // a copy failed: send no more hedges
-}
-
-// race sends the first copy, then a hedge every delay while none has
-// answered, and returns the winner.
-func (h *hedgeRace) race() (*http.Response, error) {
-	// Room for the copies a race usually sends, not for all that
-	// MaxHedges allows (it may be huge): copies grow as they are sent,
-	// and a copy whose result finds the channel full waits only until
-	// the race, or the reaper after it, receives it.
-	n := min(h.t.c.hedges, maxHedgeRoom) + 1
-	h.copies = make([]hedgeCopy, 0, n)
-	h.results = make(chan hedgeResult, n)
-	if h.body.First != nil {
-		h.send(h.body.First)
-	} else {
-		h.send(h.req.Body)
-	}
-	// A new timer per race, not a pooled one: a timer belongs to the
-	// synctest bubble that made it, and callers test in bubbles.
-	timer := time.NewTimer(h.delay)
-	defer timer.Stop()
-	var win *hedgeResult
-	for win == nil {
-		select {
-		case <-timer.C:
-			if h.tick() {
-				timer.Reset(h.delay)
-			}
-		case r := <-h.results:
-			win = h.result(r)
-		}
-	}
-	return h.finish(win)
-}
-
-// send starts a copy of the request with its own context, so that it can
-// be canceled alone, and the given body.
-func (h *hedgeRace) send(b io.ReadCloser) {
-	i := len(h.copies)
-	cctx, cancel, detach := copyContext(h.req.Context(), i+1)
-	op := &boundOp{}
-	end := cancel
-	if detach != nil {
-		// Once the copy's context ends, it stops following the request's:
-		// a long-lived caller's context keeps no function of it.
-		end = func(err error) { cancel(err); detach() }
-	}
-	op.w.Start(&copyLimits, 0, end)
-	op.req = *h.req.WithContext(cctx)
-	r := &op.req
-	if !h.body.None {
-		r.Body, r.GetBody = b, h.body.Get
-	}
-	h.copies = append(h.copies, hedgeCopy{op: op, detach: detach})
-	h.running++
-	go h.t.send(h.req, r, i, &h.answered, h.results)
-}
-
-// tick decides, as [policy.Hedge.Next] says, whether a hedge is sent
-// when a delay ends; it reports whether to look again after another.
-func (h *hedgeRace) tick() bool {
-	c, req := h.t.c, h.req
-	now := time.Now()
-	op := h.op
-	s := policy.HedgeState{
-		Sent:     len(h.copies),
-		Answered: h.answered.Load(),
-		Failed:   h.failed,
-		Done:     req.Context().Err(),
-		// A body kept as the first copy sends it would stream twice at
-		// once, and may yet prove too long to keep.
-		BodySent: h.body.Complete(),
-		Now:      now,
-		Refused:  func(at time.Time) error { return op.hedgeRefusedAt(req, at) },
-	}
-	// Next decides twice: without the budget first, so that the body is
-	// had only for a copy that may be sent; then with it, last, so that
-	// a copy whose body cannot be had takes nothing from it.
-	switch c.policy.Next(s) {
-	case policy.HedgeLater:
-		return true
-	case policy.HedgeStop:
-		return false
-	}
-	var b io.ReadCloser
-	if !h.body.None {
-		var err error
-		if b, err = h.body.Get(); err != nil {
-			return false // no copy can be made: none now or later
-		}
-	}
-	if budget := h.budget; budget != nil {
-		s.Budget = func() bool { return budget.retry(req.URL, timecut.Of(now)) }
-		if c.policy.Next(s) != policy.HedgeSend {
-			if b != nil {
-				b.Close()
-			}
-			return false
-		}
-	}
-	h.send(b)
-	if c.onHedge != nil {
-		c.onHedge(policy.HedgeEvent{Request: req, Copy: len(h.copies), Elapsed: now.Sub(h.start)})
-	}
-	return len(h.copies) <= c.hedges
-}
-
-// result takes a copy's outcome, and returns the winner once there is
-// one: the first acceptable response, or, when every copy has failed,
-// the best failure.
-func (h *hedgeRace) result(r hedgeResult) *hedgeResult {
-	t := h.t
-	h.running--
-	h.copies[r.i].done = true
-	if t.lat != nil && r.i == 0 && r.err == nil {
-		t.lat.Observe(h.key, time.Since(h.start))
-	}
-	switch {
-	case r.ok:
-		if h.held != nil {
-			t.discard(h.copies, *h.held)
-		}
-		return &r
-	case h.running > 0: // a failure does not win while a copy runs
-		h.failed = true
-		h.held = t.hold(h.copies, h.held, r)
-		return nil
-	}
-	return t.hold(h.copies, h.held, r) // every copy failed: hand back the best failure
-}
-
-// finish cancels the copies that lost, and hands back the winner.
-func (h *hedgeRace) finish(win *hedgeResult) (*http.Response, error) {
-	t, c := h.t, h.t.c
-	now := time.Now()
-	for i := range h.copies {
-		if i == win.i || h.copies[i].done {
-			continue
-		}
-		h.copies[i].op.cancel()
-		if i == 0 && t.lat != nil {
-			// The first copy's latency is at least this long: record it
-			// as such, so that the quantile still sees slow requests.
-			t.lat.Observe(h.key, now.Sub(h.start))
-		}
-		if c.onCancel != nil {
-			c.onCancel(policy.HedgeEvent{Request: h.req, Copy: i + 1, Elapsed: now.Sub(h.start)})
-		}
-	}
-	if h.running > 0 {
-		go reapHedges(h.results, h.running, h.copies)
-	}
-	if win.i > 0 && c.onWon != nil && win.err == nil {
-		c.onWon(policy.HedgeEvent{Request: h.req, Copy: win.i + 1, Elapsed: now.Sub(h.start), Status: win.resp.StatusCode})
-	}
-	return h.copies[win.i].op.hold(win.resp, win.err)
-}
-
-// send sends copy i, r, of req, and delivers its outcome to results,
-// judged here (a problem body may take time to read) so that the race
-// never waits on one copy while another may win.
-func (t *hedger) send(req, r *http.Request, i int, answered *atomic.Bool, results chan<- hedgeResult) {
-	r, err := reqbody.CheckCaller(r, true) // a copy's body, from GetBody, is checked as Retry checks an attempt's
-	if err != nil {
-		results <- hedgeResult{i: i, err: err}
-		return
-	}
-	resp, err := t.next.RoundTrip(r)
-	answered.Store(true)
-	if resp == nil && err == nil {
-		err = errNilResponse
-	}
-	res := hedgeResult{i: i, resp: resp, err: err}
-	res.ok = t.acceptable(req, &res)
-	results <- res
-}
-
-// acceptable reports whether r may win while another copy still runs: a
-// response that the classifier would not retry. A copy after the first
-// is classified as a later attempt, since the first has sent the
-// request (and its idempotency key) already: a 409 that says the key is
-// in flight is the first copy at work, never an answer.
-func (t *hedger) acceptable(req *http.Request, r *hedgeResult) bool {
-	if r.err != nil {
-		return false
-	}
-	if r.resp.StatusCode < 400 && t.c.defaultCls {
-		return true
-	}
-	var problem *policy.Problem
-	if r.resp.StatusCode >= 400 {
-		problem = readProblem(r.resp, t.c.probLimit, idleCut(req.Context()))
-	}
-	return !t.c.classify(policy.Outcome{
-		Request:  req,
-		Response: r.resp,
-		Problem:  problem,
-		Attempt:  AttemptFromContext(req.Context()) + r.i,
-		Keyed:    req.Header.Get(t.c.keyHeader) != "",
-		Now:      time.Now(),
-	}).Retry
-}
-
-// hold keeps the better of two failures, held (nil at first) and r: a
-// response over an error, an error over a hedge's refusal unsent (it
-// says nothing of the host), else the first. The other is discarded.
-func (t *hedger) hold(copies []hedgeCopy, held *hedgeResult, r hedgeResult) *hedgeResult {
-	switch {
-	case held == nil:
-		return &r
-	case held.err != nil && r.err == nil,
-		held.err != nil && held.i > 0 && refusedUnsent(held.err) && !refusedUnsent(r.err):
-		t.discard(copies, *held)
-		return &r
-	}
-	t.discard(copies, r)
-	return held
-}
-
-// refusedUnsent reports whether err is a layer's refusal of a copy it
-// never sent ([policy.Refusal]): it says nothing of the host.
-func refusedUnsent(err error) bool {
-	_, refused := policy.RefusedBy(err)
-	return refused
-}
-
-// discard drains and closes a copy's response, then releases its
-// context. The drain runs on its own goroutine, so that a body that
-// stalls never holds back the race or its winner, and for at most
-// discardWait, after which the copy is canceled, which ends the read.
-func (t *hedger) discard(copies []hedgeCopy, r hedgeResult) {
-	cancel := copies[r.i].op.cancel
-	if r.resp == nil || r.resp.Body == nil {
-		cancel()
-		return
-	}
-	body := r.resp.Body
-	if d := copies[r.i].detach; d != nil {
-		d() // the operation's end must not cut the drain
-	}
-	go func() {
-		cut := time.AfterFunc(discardWait, cancel)
-		drain(body)
-		cut.Stop()
-		cancel()
-	}()
-}
-
-// maxHedgeRoom bounds the room a race makes ahead for its hedges.
-const maxHedgeRoom = 8
-
-// discardWait is how long a losing copy's body may take to drain (so that
-// its connection is kept) before the copy is canceled.
-const discardWait = time.Second
-
-// reapHedges waits for the n copies still running, already canceled, and
-// closes whatever response they bring.
-func reapHedges(results <-chan hedgeResult, n int, copies []hedgeCopy) {
-	for range n {
-		r := <-results
-		if r.resp != nil && r.resp.Body != nil {
-			r.resp.Body.Close()
-		}
-		copies[r.i].op.cancel()
-	}
 }

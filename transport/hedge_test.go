@@ -873,35 +873,6 @@ func TestHedgeHalfOpenProbeWithDefaultRetry(t *testing.T) {
 	})
 }
 
-// A failure kept while other copies run: a response over an error, and
-// any error over a later copy's refusal unsent, which says nothing of the
-// host; otherwise the first.
-func TestHedgeHold(t *testing.T) {
-	refusal := &CircuitOpenError{Key: "http://api.test", State: BreakerHalfOpen}
-	timeout := &DeadlineError{Bound: boundAttempt, Limit: time.Second}
-	resp := func() *http.Response { return &http.Response{StatusCode: 503, Body: http.NoBody} }
-	for _, tc := range []struct {
-		name     string
-		held, r  hedgeResult
-		wantCopy int
-	}{
-		{"a response over an error", hedgeResult{i: 0, err: timeout}, hedgeResult{i: 1, resp: resp()}, 1},
-		{"an error over a hedge's refusal", hedgeResult{i: 1, err: refusal}, hedgeResult{i: 0, err: timeout}, 0},
-		{"the first copy's refusal stays", hedgeResult{i: 0, err: refusal}, hedgeResult{i: 1, err: timeout}, 0},
-		{"the first of two responses", hedgeResult{i: 0, resp: resp()}, hedgeResult{i: 1, resp: resp()}, 0},
-		{"the first of two errors", hedgeResult{i: 1, err: timeout}, hedgeResult{i: 0, err: timeout}, 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := &hedger{c: &hedgeConfig{}}
-			copies := []hedgeCopy{{op: &boundOp{}}, {op: &boundOp{}}}
-			held := h.hold(copies, nil, tc.held)
-			if got := h.hold(copies, held, tc.r); got.i != tc.wantCopy {
-				t.Errorf("kept copy %d; want copy %d", got.i, tc.wantCopy)
-			}
-		})
-	}
-}
-
 // In New, the Hedge's empty IdempotencyHeader follows Retry's: a POST
 // that carries a key in Retry.IdempotencyHeader is vouched for, and
 // hedged.

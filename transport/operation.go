@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"github.com/sturdyhttp/sturdy/internal/connwatch"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"github.com/sturdyhttp/sturdy/internal/verdict"
 	"net/http"
@@ -66,10 +65,8 @@ type scope struct {
 }
 
 // withScope returns ctx with a copy of its scope (an empty one when it
-// has none) changed by set. The copy keeps its parent's judgment unless
-// it begins an attempt of its own (a new attempt number, or a hedge's
-// copy), which is judged afresh. A scope of no operation (one the caller
-// made, which many requests may share) keeps no judgment.
+// has none) changed by set. A new attempt or hedge copy gets a verdict of
+// its own; a scope of no operation (the caller's, maybe shared) none.
 func withScope(ctx context.Context, set func(*scope)) context.Context {
 	s := &scope{}
 	p := scopeOf(ctx)
@@ -87,47 +84,16 @@ func withScope(ctx context.Context, set func(*scope)) context.Context {
 }
 
 // verdictOf returns the verdict of the attempt req that ended with resp
-// and err ([policy.Judge], every fact given: status, error, whether the
-// caller ended it, whether a connection was made). An attempt is judged
-// once: the first layer to ask (the innermost, as the outcome travels
-// up) judges it and keeps the verdict on the attempt's scope; the layers
-// above read it there. A request with no scope (a layer used alone), or
-// an outcome other than the one kept, is judged here, by the same rule.
+// and err, judged once per attempt and kept on its scope (see
+// verdict.Of); where no scope keeps one (a layer used alone), by the
+// same rule.
 func verdictOf(req *http.Request, resp *http.Response, err error) policy.Verdict {
 	var k *verdict.Kept
 	if s := scopeOf(req.Context()); s != nil {
 		k = s.judged
 	}
-	if v, ok := k.Load(resp, err); ok {
-		return v
-	}
-	v := judgeAttempt(req, resp, err)
-	k.Keep(resp, err, v)
-	return v
+	return verdict.Of(k, req, resp, err, callerEnded)
 }
-
-// judgeAttempt is [policy.Judge] on an attempt of req, with the facts its
-// context holds: whether the caller ended it, and whether a layer's
-// connection watch saw no connection made.
-func judgeAttempt(req *http.Request, resp *http.Response, err error) policy.Verdict {
-	if f := judgeHook.Load(); f != nil {
-		(*f)(req)
-	}
-	if err == nil && resp != nil {
-		return policy.JudgeStatus(resp.StatusCode) // Judge's rule for a response; builds no Outcome
-	}
-	ctx := req.Context()
-	var notConnected bool
-	if w := connwatch.Of(ctx); w != nil {
-		notConnected = w.NotConnected()
-	}
-	return policy.Judge(policy.Outcome{Request: req, Response: resp, Err: err,
-		CallerEnded: err != nil && callerEnded(ctx), NotConnected: notConnected})
-}
-
-// judgeHook, when set, is called each time an attempt is judged: tests
-// count the judgments of an attempt with it.
-var judgeHook atomic.Pointer[func(*http.Request)]
 
 type opKey struct{}
 

@@ -98,20 +98,20 @@ func (p *perAddress) RoundTrip(req *http.Request) (*http.Response, error) {
 		return p.pools.Base().RoundTrip(req)
 	}
 	ctx := req.Context()
-	op := endpointOpOf(ctx)
-	pl, err := p.pools.Pick(ctx, h, op.triedSnapshot())
+	op := endpointOpOf(ctx).record()
+	pl, err := p.pools.Pick(ctx, h, op.Tried())
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
 		}
 		return nil, err
 	}
-	op.addTried(pl)
+	op.AddTried(pl)
 	r := req.WithContext(withScope(ctx, func(s *scope) { s.addr = pl.IP() }))
 	resp, err := pl.RoundTrip(r)
 	p.pools.Record(h, pl, verdictOf(req, resp, err).Host, err) // the innermost layer: it judges the attempt
 	if err == nil {
-		op.served("", pl.IP())
+		op.Served("", pl.IP())
 	}
 	return resp, err
 }

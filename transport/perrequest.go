@@ -3,10 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
-	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"net/http"
 	"sync/atomic"
-	"time"
 )
 
 // attemptsUsed is set once WithAttempts has made a context with attempts:
@@ -51,36 +49,12 @@ func attemptsOf(ctx context.Context) int {
 // [WithAttempts], or c itself.
 func (c *retryConfig) forRequest(req *http.Request) *retryConfig {
 	n := attemptsOf(req.Context())
-	if n <= 0 || n == c.attempts {
+	if n <= 0 || n == c.Attempts {
 		return c
 	}
 	cc := *c
-	cc.attempts, cc.p.MaxAttempts = n, n
+	cc.Attempts, cc.P.MaxAttempts = n, n
 	return &cc
-}
-
-// fastestAnswer returns the shortest time an attempt of the operation
-// took to get an answer (a response, or an error other than a deadline),
-// counting the attempt sent at start whose outcome, err, came at now.
-// A timed-out attempt says nothing of how long an answer takes. start is
-// zero for a first attempt that was not timed; a bound above that knows
-// when the operation began times it then.
-func fastestAnswer(ctx context.Context, fastest time.Duration, start, now time.Time, err error) time.Duration {
-	if err != nil && errors.Is(err, context.DeadlineExceeded) {
-		return fastest
-	}
-	if start.IsZero() {
-		op := opOf(ctx)
-		if op == nil {
-			return fastest
-		}
-		start = timecut.Time(op.start)
-	}
-	took := now.Sub(start)
-	if took > 0 && (fastest == 0 || took < fastest) {
-		return took
-	}
-	return fastest
 }
 
 // withAttempts returns the error a bound reports when its deadline, cut,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sturdyhttp/sturdy/idempotency"
+	"github.com/sturdyhttp/sturdy/internal/idemkey"
 )
 
 // PropagateDeadline returns a middleware that tells the server how long the
@@ -45,7 +46,7 @@ func (t *propagate) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ms := max(time.Until(deadline).Milliseconds(), 0)
 	r := *req // a shallow copy with its own header map: req stays untouched
-	r.Header = cloneWith(req.Header, t.header, strconv.FormatInt(ms, 10))
+	r.Header = idemkey.CloneWith(req.Header, t.header, strconv.FormatInt(ms, 10))
 	return t.next.RoundTrip(&r)
 }
 

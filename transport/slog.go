@@ -46,57 +46,24 @@ func SlogHooks(l *slog.Logger) Hooks {
 	if l == nil {
 		l = slog.Default()
 	}
-	s := slogHooks{slogevent.Logger{L: l}}
+	s := slogevent.Logger{L: l}
 	return Hooks{
 		OnAttempt: s.Attempt, OnRetry: s.Retry, OnGiveUp: s.GiveUp,
-		OnBreakerStateChange: s.breaker,
-		OnRateLimitWait:      s.RateLimitWait, OnRateLimitReject: s.RateLimitReject,
+		OnBreakerStateChange: func(key string, from, to BreakerState) {
+			s.Breaker(key, from.String(), to.String(), to == BreakerOpen)
+		},
+		OnRateLimitWait: s.RateLimitWait, OnRateLimitReject: s.RateLimitReject,
 		OnHedge: s.Hedge, OnHedgeWon: s.HedgeWon, OnCopyCanceled: s.CopyCanceled,
-		OnThrottle: s.throttle, OnEject: s.eject, OnFailover: s.failover,
-		OnConcurrencyChange: s.concurrencyChange, OnConcurrencyRefuse: s.concurrencyRefuse,
-	}
-}
-
-// slogHooks are the hooks of SlogHooks, on one logger.
-type slogHooks struct{ slogevent.Logger }
-
-func (s slogHooks) breaker(key string, from, to BreakerState) {
-	level := slog.LevelInfo
-	if to == BreakerOpen {
-		level = slog.LevelWarn
-	}
-	if ctx, ok := s.On(level, nil); ok {
-		s.Log(ctx, level, slogevent.MsgBreaker, nil, slog.String(slogevent.AttrKey, key), slog.String(slogevent.AttrFrom, from.String()), slog.String(slogevent.AttrTo, to.String()))
-	}
-}
-
-func (s slogHooks) throttle(e ThrottleEvent) {
-	if ctx, ok := s.On(slog.LevelWarn, e.Request); ok {
-		s.Log(ctx, slog.LevelWarn, slogevent.MsgThrottle, e.Request, slog.String(slogevent.AttrKey, e.Host), slog.Float64(slogevent.AttrProb, e.Probability))
-	}
-}
-
-func (s slogHooks) eject(e EjectionEvent) {
-	if ctx, ok := s.On(slog.LevelWarn, nil); ok {
-		s.Log(ctx, slog.LevelWarn, slogevent.MsgEject, nil, slog.String(slogevent.AttrKey, e.Host), slog.String(slogevent.AttrPeer, e.Address),
-			slog.Int(slogevent.AttrFailures, e.Failures), slog.Int(slogevent.AttrEjected, e.Ejections), slog.Duration(slogevent.AttrEjection, e.Duration))
-	}
-}
-
-func (s slogHooks) failover(e FailoverEvent) {
-	if ctx, ok := s.On(slog.LevelInfo, e.Request); ok {
-		s.Log(ctx, slog.LevelInfo, slogevent.MsgFailover, e.Request, slog.String(slogevent.AttrKey, e.From), slog.String(slogevent.AttrOrigin, e.To), slog.String(slogevent.AttrReason, e.Reason))
-	}
-}
-
-func (s slogHooks) concurrencyChange(e ConcurrencyEvent) {
-	if ctx, ok := s.On(slog.LevelDebug, nil); ok {
-		s.Log(ctx, slog.LevelDebug, slogevent.MsgConcLimit, nil, slog.String(slogevent.AttrKey, e.Host), slog.Int(slogevent.AttrLimFrom, e.From), slog.Int(slogevent.AttrLimit, e.Limit), slog.Int(slogevent.AttrInFlight, e.InFlight))
-	}
-}
-
-func (s slogHooks) concurrencyRefuse(e ConcurrencyEvent) {
-	if ctx, ok := s.On(slog.LevelWarn, e.Request); ok {
-		s.Log(ctx, slog.LevelWarn, slogevent.MsgConcRefuse, e.Request, slog.String(slogevent.AttrKey, e.Host), slog.Int(slogevent.AttrLimit, e.Limit), slog.Int(slogevent.AttrInFlight, e.InFlight), slog.Duration(slogevent.AttrWait, e.Waited))
+		OnThrottle: func(e ThrottleEvent) { s.Throttle(e.Request, e.Host, e.Probability) },
+		OnEject: func(e EjectionEvent) {
+			s.Eject(e.Host, e.Address, e.Failures, e.Ejections, e.Duration)
+		},
+		OnFailover: func(e FailoverEvent) { s.Failover(e.Request, e.From, e.To, e.Reason) },
+		OnConcurrencyChange: func(e ConcurrencyEvent) {
+			s.ConcurrencyChange(e.Host, e.From, e.Limit, e.InFlight)
+		},
+		OnConcurrencyRefuse: func(e ConcurrencyEvent) {
+			s.ConcurrencyRefuse(e.Request, e.Host, e.Limit, e.InFlight, e.Waited)
+		},
 	}
 }

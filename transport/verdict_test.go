@@ -13,12 +13,13 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sturdyhttp/sturdy/internal/verdict"
 	"github.com/sturdyhttp/sturdy/policy"
 	"github.com/sturdyhttp/sturdy/ratelimit"
 )
 
 // judgeCounter counts, per host, the judgments of attempts (see
-// judgeHook). Each test names hosts of its own, so that tests running
+// verdict.Hook). Each test names hosts of its own, so that tests running
 // beside it count nothing here.
 type judgeCounter struct {
 	mu sync.Mutex
@@ -32,10 +33,10 @@ func countJudgments(t *testing.T) *judgeCounter {
 		c.n[r.URL.Host]++
 		c.mu.Unlock()
 	}
-	if !judgeHook.CompareAndSwap(nil, &f) {
+	if !verdict.Hook.CompareAndSwap(nil, &f) {
 		t.Fatal("another test counts judgments")
 	}
-	t.Cleanup(func() { judgeHook.Store(nil) })
+	t.Cleanup(func() { verdict.Hook.Store(nil) })
 	return c
 }
 

@@ -427,6 +427,21 @@ func (s *Slot[T]) GetURL(u *url.URL) *T {
 	return s.Of(h)
 }
 
+// EntryURL is GetURL that also returns the host's entry, so that a
+// caller can hand it to the next layer, which finds its own state there
+// with [Slot.Of] rather than by a second lookup.
+func (s *Slot[T]) EntryURL(u *url.URL) (*Host, *T) {
+	h := s.r.recentFor(u)
+	if h != nil { // the common case, inlined
+		if !h.used.Load() {
+			h.used.Store(true)
+		}
+	} else if h = s.r.HostURL(u); h == nil {
+		return nil, nil
+	}
+	return h, s.Of(h)
+}
+
 // Peek returns k's state, nil when k has none. It makes nothing and does
 // not count as a use of k.
 func (s *Slot[T]) Peek(k Key) *T {

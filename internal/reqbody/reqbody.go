@@ -474,3 +474,17 @@ func CloseBody(r *http.Request) {
 		r.Body.Close()
 	}
 }
+
+// Done reports whether req's body is known to be whole and on its
+// way: none, one that GetBody can make again or whose length is declared
+// (the transport sends it by itself), or one kept as it is sent that has
+// been read to its end. Any other body may be a full-duplex stream that
+// its caller writes only once the response is handed back: waiting for
+// the first event before then would wait for ever.
+func Done(req *http.Request) bool {
+	if req.Body == nil || req.Body == http.NoBody || req.GetBody != nil || req.ContentLength > 0 {
+		return true
+	}
+	t := TeeOf(req.Body)
+	return t != nil && t.Complete()
+}

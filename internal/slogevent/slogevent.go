@@ -9,6 +9,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/sturdyhttp/sturdy/policy"
 	"github.com/sturdyhttp/sturdy/ratelimit"
@@ -145,5 +146,56 @@ func (s Logger) HedgeWon(e policy.HedgeEvent) {
 func (s Logger) CopyCanceled(e policy.HedgeEvent) {
 	if ctx, ok := s.On(slog.LevelDebug, e.Request); ok {
 		s.Log(ctx, slog.LevelDebug, MsgCopyCanceled, e.Request, slog.Int(AttrCopy, e.Copy), slog.Duration(AttrElapsed, e.Elapsed))
+	}
+}
+
+// The events of transport's own types, given by their fields.
+
+// Breaker logs a breaker's change from from to to: at Warn when it
+// opens, else at Info.
+func (s Logger) Breaker(key, from, to string, open bool) {
+	level := slog.LevelInfo
+	if open {
+		level = slog.LevelWarn
+	}
+	if ctx, ok := s.On(level, nil); ok {
+		s.Log(ctx, level, MsgBreaker, nil, slog.String(AttrKey, key), slog.String(AttrFrom, from), slog.String(AttrTo, to))
+	}
+}
+
+// Throttle logs a request throttled locally at Warn.
+func (s Logger) Throttle(r *http.Request, host string, prob float64) {
+	if ctx, ok := s.On(slog.LevelWarn, r); ok {
+		s.Log(ctx, slog.LevelWarn, MsgThrottle, r, slog.String(AttrKey, host), slog.Float64(AttrProb, prob))
+	}
+}
+
+// Eject logs an address ejected at Warn.
+func (s Logger) Eject(host, addr string, failures, ejections int, d time.Duration) {
+	if ctx, ok := s.On(slog.LevelWarn, nil); ok {
+		s.Log(ctx, slog.LevelWarn, MsgEject, nil, slog.String(AttrKey, host), slog.String(AttrPeer, addr),
+			slog.Int(AttrFailures, failures), slog.Int(AttrEjected, ejections), slog.Duration(AttrEjection, d))
+	}
+}
+
+// Failover logs an attempt sent to an alternate origin at Info.
+func (s Logger) Failover(r *http.Request, from, to, reason string) {
+	if ctx, ok := s.On(slog.LevelInfo, r); ok {
+		s.Log(ctx, slog.LevelInfo, MsgFailover, r, slog.String(AttrKey, from), slog.String(AttrOrigin, to), slog.String(AttrReason, reason))
+	}
+}
+
+// ConcurrencyChange logs a host's concurrency limit's change at Debug.
+func (s Logger) ConcurrencyChange(host string, from, limit, inFlight int) {
+	if ctx, ok := s.On(slog.LevelDebug, nil); ok {
+		s.Log(ctx, slog.LevelDebug, MsgConcLimit, nil, slog.String(AttrKey, host), slog.Int(AttrLimFrom, from), slog.Int(AttrLimit, limit), slog.Int(AttrInFlight, inFlight))
+	}
+}
+
+// ConcurrencyRefuse logs a request refused for its host's concurrency
+// limit at Warn.
+func (s Logger) ConcurrencyRefuse(r *http.Request, host string, limit, inFlight int, waited time.Duration) {
+	if ctx, ok := s.On(slog.LevelWarn, r); ok {
+		s.Log(ctx, slog.LevelWarn, MsgConcRefuse, r, slog.String(AttrKey, host), slog.Int(AttrLimit, limit), slog.Int(AttrInFlight, inFlight), slog.Duration(AttrWait, waited))
 	}
 }

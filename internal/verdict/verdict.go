@@ -4,11 +4,53 @@
 package verdict
 
 import (
+	"context"
 	"net/http"
 	"sync/atomic"
 
+	"github.com/sturdyhttp/sturdy/internal/connwatch"
 	"github.com/sturdyhttp/sturdy/policy"
 )
+
+// Of returns the verdict of the attempt req that ended with resp and err.
+// An attempt is judged once: the first layer to ask (the innermost, as
+// the outcome travels up) judges it with [policy.Judge] and every fact
+// (status, error, whether the caller ended it, as callerEnded says of
+// req's context, whether a connection was made, as a watch of
+// [connwatch.NewShared] says) and keeps the verdict in k, the attempt's;
+// the layers above read it there. With a nil k (a layer used alone), or
+// an outcome other than the one kept, the attempt is judged here, by the
+// same rule.
+func Of(k *Kept, req *http.Request, resp *http.Response, err error, callerEnded func(context.Context) bool) policy.Verdict {
+	if v, ok := k.Load(resp, err); ok {
+		return v
+	}
+	v := judge(req, resp, err, callerEnded)
+	k.Keep(resp, err, v)
+	return v
+}
+
+// judge is [policy.Judge] on an attempt of req, with the facts its
+// context holds.
+func judge(req *http.Request, resp *http.Response, err error, callerEnded func(context.Context) bool) policy.Verdict {
+	if f := Hook.Load(); f != nil {
+		(*f)(req)
+	}
+	if err == nil && resp != nil {
+		return policy.JudgeStatus(resp.StatusCode) // Judge's rule for a response; builds no Outcome
+	}
+	ctx := req.Context()
+	var notConnected bool
+	if w := connwatch.Of(ctx); w != nil {
+		notConnected = w.NotConnected()
+	}
+	return policy.Judge(policy.Outcome{Request: req, Response: resp, Err: err,
+		CallerEnded: err != nil && callerEnded(ctx), NotConnected: notConnected})
+}
+
+// Hook, when set, is called each time an attempt is judged: tests count
+// the judgments of an attempt with it.
+var Hook atomic.Pointer[func(*http.Request)]
 
 // Kept is one attempt's verdict and the outcome it judged. It is
 // written once: by the caller of Keep that wins it from empty; the

@@ -1,9 +1,10 @@
-package transport
+package retry
 
 import (
-	"github.com/sturdyhttp/sturdy/internal/timecut"
 	"testing"
 	"time"
+
+	"github.com/sturdyhttp/sturdy/internal/timecut"
 )
 
 // TestUnixNanoIsClockTime: the budget's clock is the bounds' clock, read

@@ -1,4 +1,8 @@
-package transport
+package retry
+
+// ErrNilResponse is the error of an attempt, or a hedge copy, whose
+// RoundTripper beneath returned neither a response nor an error.
+var ErrNilResponse error = nilResponseError{}
 
 // nilResponseError is the error of an attempt whose RoundTripper beneath
 // returned neither a response nor an error: a broken RoundTripper, which
