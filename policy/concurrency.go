@@ -97,7 +97,7 @@ const (
 // ConcurrencyOutcomeOf returns what the attempt that v judged teaches:
 // status is its response's status (0 for none), canceled whether its
 // caller canceled it or a hedge that won did. A timeout, the stack's or
-// the caller's, is a loss.
+// the caller's, is a loss ([Verdict].Lost).
 func ConcurrencyOutcomeOf(v Verdict, status int, canceled bool) ConcurrencyOutcome {
 	switch {
 	case canceled || v.Refusal != "":
@@ -107,7 +107,7 @@ func ConcurrencyOutcomeOf(v Verdict, status int, canceled bool) ConcurrencyOutco
 			return ConcurrencyLoss
 		}
 		return ConcurrencyServed
-	case v.Host == HostFailing:
+	case v.Lost || v.Host == HostFailing:
 		return ConcurrencyLoss
 	}
 	return ConcurrencyIgnored

@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"context"
+	"errors"
+	"net"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -205,6 +208,11 @@ func TestConcurrencyOutcomeOf(t *testing.T) {
 		{"hedge lost with a 200", JudgeStatus(200), 200, true, ConcurrencyIgnored},
 		{"refused", Verdict{Refusal: ReasonCircuitOpen}, 0, false, ConcurrencyIgnored},
 		{"not processed", Verdict{Sent: true}, 0, false, ConcurrencyIgnored},
+		// Judge's one verdict, with every fact: the caller's deadline is a
+		// loss for the limit though it says nothing of the host.
+		{"the caller's deadline, judged", Judge(Outcome{Err: context.DeadlineExceeded, CallerEnded: true}), 0, false, ConcurrencyLoss},
+		{"the caller's cancel, judged", Judge(Outcome{Err: context.Canceled, CallerEnded: true}), 0, true, ConcurrencyIgnored},
+		{"a refused dial, judged", Judge(Outcome{Err: &net.OpError{Op: "dial", Err: errors.New("refused")}}), 0, false, ConcurrencyLoss},
 	}
 	for _, tt := range tests {
 		if got := ConcurrencyOutcomeOf(tt.v, tt.status, tt.canceled); got != tt.want {

@@ -29,11 +29,20 @@ type Verdict struct {
 	// Overloaded reports an overloaded server's answer, a 503 or a 529:
 	// what a client-side throttle sheds load for.
 	Overloaded bool
+	// Lost reports an attempt the host did not serve: a 5xx, a 429, or
+	// an outcome that counts against the host (Host is HostFailing) or
+	// would but for the caller's deadline. A timeout is a loss whoever
+	// set it, which is how an adaptive concurrency limit reads it. A
+	// cancel, a refusal, the caller's error and a request the server did
+	// not process are not losses.
+	Lost bool
 }
 
 // Judge decides the [Verdict] of the outcome o. o.CallerEnded says whether
 // the caller's own context had ended, canceled or past its deadline.
-// o.NotConnected says whether no connection was made.
+// o.NotConnected says whether no connection was made. It is the one rule
+// for an attempt: a stack judges each attempt once, and its layers read
+// the one verdict.
 //
 // The outcome says nothing of the host (HostIgnored) when:
 //
@@ -57,6 +66,7 @@ func Judge(o Outcome) Verdict {
 func JudgeStatus(c int) Verdict {
 	v := Verdict{Sent: true, Host: HostHealthy}
 	v.Accepted = StatusAccepted(c)
+	v.Lost = !v.Accepted
 	v.Overloaded = c == http.StatusServiceUnavailable || c == 529
 	if c >= 500 {
 		v.Host = HostFailing
@@ -78,7 +88,7 @@ func judgeFailure(o *Outcome) Verdict {
 		caller := IsCallerError(req, err)
 		_, unprocessed := NotProcessed(err)
 		v.Sent = v.Refusal == "" && !caller && !unprocessed && !notConnected(o)
-		if o.CallerEnded || errors.Is(err, context.Canceled) || caller || v.Refusal != "" {
+		if errors.Is(err, context.Canceled) || caller || v.Refusal != "" {
 			return v // HostIgnored
 		}
 		if unprocessed {
@@ -87,10 +97,13 @@ func judgeFailure(o *Outcome) Verdict {
 		if _, ok := LocalFinal(err); ok {
 			return v // HostIgnored: the host answered; the client could not take its answer
 		}
-		v.Host = HostFailing
+		v.Lost = true // a timeout of the caller's too
+		if !o.CallerEnded {
+			v.Host = HostFailing
+		}
 		return v
 	}
-	v.Sent = true
+	v.Sent, v.Lost = true, true
 	v.Host = HostFailing // no response and no error: a broken RoundTripper
 	return v
 }

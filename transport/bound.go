@@ -12,6 +12,7 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/respbody"
 	"github.com/sturdyhttp/sturdy/internal/stream"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
+	"github.com/sturdyhttp/sturdy/internal/verdict"
 )
 
 // The names a [*DeadlineError] gives the bounds of [New].
@@ -57,6 +58,7 @@ type boundOp struct {
 	w    timecut.Watch
 	s    scope
 	op   operation
+	j    verdict.Kept // the attempt's, when the bound begins the operation
 	req  http.Request
 	body respbody.Body
 }
@@ -96,7 +98,7 @@ func (t *bound) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if bo.s.op == nil {
 		bo.op.start = now
-		bo.s.op = &bo.op
+		bo.s.op, bo.s.judged = &bo.op, &bo.j
 	}
 	bo.s.bound = w
 	w.Start(&t.l, now, cancel)

@@ -144,9 +144,10 @@ func (b *Breakers) key(req *http.Request) (hosts.Key, bool) {
 	return hosts.KeyOf(req.URL), true
 }
 
-// judge returns what an outcome says about the host.
+// judge returns what an outcome says about the host: the attempt's
+// verdict (see verdictOf), as b's settings read it.
 func (b *Breakers) judge(req *http.Request, resp *http.Response, err error) policy.HostVerdict {
-	v := judge(req, resp, err)
+	v := verdictOf(req, resp, err)
 	switch {
 	case v.Host == policy.HostIgnored:
 		return v.Host
@@ -159,14 +160,6 @@ func (b *Breakers) judge(req *http.Request, resp *http.Response, err error) poli
 		return policy.HostHealthy // a Throttle above sheds an overloaded server's load, where a breaker would refuse it all
 	}
 	return v.Host
-}
-
-// judge returns [policy.Judge]'s verdict on an attempt of req.
-func judge(req *http.Request, resp *http.Response, err error) policy.Verdict {
-	if err == nil && resp != nil {
-		return policy.JudgeStatus(resp.StatusCode) // builds no Outcome
-	}
-	return policy.Judge(policy.Outcome{Request: req, Response: resp, Err: err, CallerEnded: err != nil && callerEnded(req.Context())})
 }
 
 // callerEnded reports whether ctx ended for a reason of the caller's: it

@@ -193,7 +193,7 @@ func (t *gobreakerFully) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		resp, err := t.next.RoundTrip(req)
-		done(gobreakerErr(judge(req, resp, err).Host))
+		done(gobreakerErr(verdictOf(req, resp, err).Host))
 		return resp, err
 	}
 	var resp *http.Response
@@ -203,7 +203,7 @@ func (t *gobreakerFully) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return struct{}{}, err
 		}
-		return struct{}{}, gobreakerErr(judge(req, resp, err).Host)
+		return struct{}{}, gobreakerErr(verdictOf(req, resp, err).Host)
 	})
 	if resp != nil {
 		err = nil // a response that counted as a failure is still the caller's

@@ -206,7 +206,7 @@ func concOutcome(req *http.Request, resp *http.Response, err error) policy.Concu
 		return policy.ConcurrencyServed
 	}
 	canceled := errors.Is(err, context.Canceled) || req.Context().Err() == context.Canceled
-	v := policy.Judge(policy.Outcome{Request: req, Response: resp, Err: err}) // a timeout of the caller's counts too
+	v := verdictOf(req, resp, err) // the attempt's one verdict: a timeout of the caller's is a loss (Lost)
 	return policy.ConcurrencyOutcomeOf(v, 0, canceled)
 }
 

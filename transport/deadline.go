@@ -116,7 +116,7 @@ func (t *bound) hard(req *http.Request) (*http.Response, error) {
 			o.s = *ps
 		}
 		o.op.start = timecut.Of(time.Now())
-		o.s.op = &o.op
+		o.s.op, o.s.judged = &o.op, &o.j
 		ctx = context.WithValue(ctx, opKey{}, &o.s)
 	}
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))

@@ -132,7 +132,7 @@ func (t *goBreakerTransport) RoundTrip(req *http.Request) (*http.Response, error
 	}
 	resp, rerr, sent, cerr := gocircuit.Send(c,
 		func() (*http.Response, error) { return t.next.RoundTrip(req) },
-		func(resp *http.Response, err error) policy.Verdict { return judge(req, resp, err) },
+		func(resp *http.Response, err error) policy.Verdict { return verdictOf(req, resp, err) },
 		func(resp *http.Response) error { return &FailedStatusError{StatusCode: status(resp)} })
 	if sent {
 		return resp, rerr // what the attempt got: the circuit's verdict, or its store's error, is not the caller's

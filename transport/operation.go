@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
+	"github.com/sturdyhttp/sturdy/internal/verdict"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -21,9 +22,9 @@ import (
 // operation (made once, by the first sturdy layer that finds none) and
 // the innermost bound above (whose deadline waits draw on, whose idle cut
 // failed bodies are read with, and whose deadline a stream's read ahead
-// holds off). Nothing is written into a layer by the requests that pass
-// it: what a layer learns of the others as an operation runs is written
-// into that operation.
+// holds off), and each attempt's verdict (see verdictOf). Nothing is
+// written into a layer by the requests that pass it: what a layer learns
+// of the others as an operation runs is written into that operation.
 
 // operation is what the layers of a stack know of one operation.
 type operation struct {
@@ -60,17 +61,38 @@ type scope struct {
 	readBody  int64          // WithReadBody's limit; 0: the stack's
 	attempts  int            // WithAttempts's attempts; 0: the stack's
 	addr      string         // the address Endpoints.PerAddress sent the attempt to
+	judged    *verdict.Kept  // the attempt's verdict (see verdictOf); nil: none kept
 }
 
 // withScope returns ctx with a copy of its scope (an empty one when it
-// has none) changed by set.
+// has none) changed by set. A new attempt or hedge copy gets a verdict of
+// its own; a scope of no operation (the caller's, maybe shared) none.
 func withScope(ctx context.Context, set func(*scope)) context.Context {
 	s := &scope{}
-	if p := scopeOf(ctx); p != nil {
+	p := scopeOf(ctx)
+	if p != nil {
 		*s = *p
 	}
 	set(s)
+	switch {
+	case s.op == nil:
+		s.judged = nil
+	case p == nil || s.judged == nil || s.attempt != p.attempt || s.copy != p.copy:
+		s.judged = &verdict.Kept{} // a retry's attempt or a hedge's copy, which allocate more already
+	}
 	return context.WithValue(ctx, opKey{}, s)
+}
+
+// verdictOf returns the verdict of the attempt req that ended with resp
+// and err, judged once per attempt and kept on its scope (see
+// verdict.Of); where no scope keeps one (a layer used alone), by the
+// same rule.
+func verdictOf(req *http.Request, resp *http.Response, err error) policy.Verdict {
+	var k *verdict.Kept
+	if s := scopeOf(req.Context()); s != nil {
+		k = s.judged
+	}
+	return verdict.Of(k, req, resp, err, callerEnded)
 }
 
 type opKey struct{}
@@ -89,10 +111,12 @@ func opOf(ctx context.Context) *operation {
 	return nil
 }
 
-// opScope is a scope and its operation, allocated together.
+// opScope is a scope, its operation and its first attempt's kept verdict,
+// allocated together.
 type opScope struct {
 	s  scope
 	op operation
+	j  verdict.Kept
 }
 
 // withOp returns req's operation, and req with it: req itself when its
@@ -107,7 +131,7 @@ func withOp(req *http.Request) (*operation, *http.Request) {
 		o.s = *ps
 	}
 	o.op.start = timecut.Now()
-	o.s.op = &o.op
+	o.s.op, o.s.judged = &o.op, &o.j
 	return &o.op, req.WithContext(context.WithValue(req.Context(), opKey{}, &o.s))
 }
 

@@ -109,7 +109,7 @@ func (p *perAddress) RoundTrip(req *http.Request) (*http.Response, error) {
 	op.AddTried(pl)
 	r := req.WithContext(withScope(ctx, func(s *scope) { s.addr = pl.IP() }))
 	resp, err := pl.RoundTrip(r)
-	p.pools.Record(h, pl, req, resp, err, callerEnded(ctx))
+	p.pools.Record(h, pl, verdictOf(req, resp, err).Host, err) // the innermost layer: it judges the attempt
 	if err == nil {
 		op.Served("", pl.IP())
 	}

@@ -5,7 +5,6 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"net/http"
 
-	"github.com/sturdyhttp/sturdy/policy"
 	"github.com/sturdyhttp/sturdy/ratelimit"
 )
 
@@ -89,9 +88,9 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	// still dialing looks like one that ends after the request went:
 	// only net/http's connection reports tell them apart, and they are
 	// asked for only when something is held.
-	r, watch := req, (*connwatch.Watch)(nil)
+	r := req
 	if res.Holds() {
-		watch, r = connwatch.New(req)
+		_, r = connwatch.NewShared(req) // the attempt's verdict reads it, whichever layer judges
 	}
 	resp, err := l.next.RoundTrip(r)
 	if err != nil || resp == nil || resp.StatusCode >= 400 {
@@ -100,7 +99,7 @@ func (l *rateLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 		joinTracker(req.Context(), l.t)
 	}
 	switch {
-	case err != nil && !policy.Judge(policy.Outcome{Request: req, Err: err, NotConnected: watch != nil && watch.NotConnected()}).Sent:
+	case err != nil && !verdictOf(r, resp, err).Sent:
 		res.Cancel()
 	case err != nil:
 		res.Settle(nil)

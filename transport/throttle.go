@@ -105,7 +105,7 @@ func (t *throttler) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, &ThrottleError{Host: key, Probability: p}
 	}
 	resp, err := t.next.RoundTrip(req)
-	if v := judge(req, resp, err); v.Host != policy.HostIgnored && (resp != nil || err != nil) {
+	if v := verdictOf(req, resp, err); v.Host != policy.HostIgnored && (resp != nil || err != nil) {
 		t.t.Record(key, time.Now(), v.Accepted)
 	}
 	return resp, err

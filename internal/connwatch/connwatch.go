@@ -4,6 +4,7 @@
 package connwatch
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptrace"
 	"sync/atomic"
@@ -20,10 +21,15 @@ type Watch struct {
 // connections to the returned watch. A trace of the caller's is
 // composed with it by httptrace.
 func New(req *http.Request) (*Watch, *http.Request) {
+	w := newWatch()
+	return w, req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace))
+}
+
+func newWatch() *Watch {
 	w := &Watch{}
 	w.trace.GetConn = func(string) { w.asked.Store(true) }
 	w.trace.GotConn = func(httptrace.GotConnInfo) { w.got.Store(true) }
-	return w, req.WithContext(httptrace.WithClientTrace(req.Context(), &w.trace))
+	return w
 }
 
 // Reset forgets the last attempt's connection.
@@ -38,3 +44,20 @@ func (w *Watch) Reset() {
 // that reports neither (an HTTP/3 or custom transport, a fake) proves
 // nothing: the request may have reached the server.
 func (w *Watch) NotConnected() bool { return w.asked.Load() && !w.got.Load() }
+
+type watchKey struct{}
+
+// NewShared is [New], with the watch kept in the context too, where [Of]
+// finds it: the layers beneath that judge the attempt learn from it
+// whether a connection was made.
+func NewShared(req *http.Request) (*Watch, *http.Request) {
+	w := newWatch()
+	ctx := httptrace.WithClientTrace(req.Context(), &w.trace)
+	return w, req.WithContext(context.WithValue(ctx, watchKey{}, w))
+}
+
+// Of returns the watch that [NewShared] kept in ctx, nil when none is.
+func Of(ctx context.Context) *Watch {
+	w, _ := ctx.Value(watchKey{}).(*Watch)
+	return w
+}

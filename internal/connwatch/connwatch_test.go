@@ -48,3 +48,34 @@ func TestNotConnected(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestShared: a watch made by NewShared is found in the request's
+// context, and reports its attempt as New's does; one made by New is
+// not found.
+func TestShared(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + l.Addr().String()
+	l.Close()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodPost, refused, nil)
+	w, r := NewShared(req)
+	if got := Of(r.Context()); got != w {
+		t.Fatalf("Of = %p, want the shared watch %p", got, w)
+	}
+	if _, err := tr.RoundTrip(r); err == nil {
+		t.Fatal("a refused connection was served")
+	}
+	if !Of(r.Context()).NotConnected() {
+		t.Error("the shared watch: NotConnected() = false after a refused dial, want true")
+	}
+	if _, r2 := New(req); Of(r2.Context()) != nil {
+		t.Error("New's watch is found in the context; want only NewShared's")
+	}
+	if Of(req.Context()) != nil {
+		t.Error("a request with no watch has one")
+	}
+}

@@ -294,10 +294,10 @@ func (p *Pools) Pick(ctx context.Context, h *Host, tried []*Pool) (*Pool, error)
 	return best, nil
 }
 
-// Record counts the outcome of an attempt req sent to pl (callerEnded:
-// its caller ended it), and ejects pl when policy.Outlier says so.
-func (p *Pools) Record(h *Host, pl *Pool, req *http.Request, resp *http.Response, err error, callerEnded bool) {
-	v := policy.JudgeHost(req, resp, err, callerEnded)
+// Record counts the outcome of an attempt sent to pl, as the attempt's
+// verdict v says of its host (see policy.Judge), and ejects pl when
+// policy.Outlier says so. err is the attempt's error.
+func (p *Pools) Record(h *Host, pl *Pool, v policy.HostVerdict, err error) {
 	if !policy.AddressCounted(v) {
 		return
 	}

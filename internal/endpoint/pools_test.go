@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/policy"
 )
 
 // send sends req to a pool of its host picked by p, or through the base
@@ -23,7 +24,7 @@ func send(p *Pools, req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp, err := pl.RoundTrip(req)
-	p.Record(h, pl, req, resp, err, false)
+	p.Record(h, pl, policy.JudgeHost(req, resp, err, false), err) // used alone: the pools judge the attempt themselves
 	return resp, err
 }
 
