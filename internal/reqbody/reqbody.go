@@ -177,18 +177,24 @@ func (t *Tee) reader() (io.ReadCloser, error) {
 	return &teeReader{t: t}, nil
 }
 
+// Complete reports whether the whole body was read from the caller and
+// kept: every copy can be sent whole again.
 func (t *Tee) Complete() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return !t.over && t.err == io.EOF
 }
 
+// Replayable reports whether what was read so far is kept, so that a new
+// reader can start the body again from its first byte.
 func (t *Tee) Replayable() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return !t.over && (t.err == nil || t.err == io.EOF)
 }
 
+// Finish says no new reader will be made: the caller's body is closed
+// once the last open reader is.
 func (t *Tee) Finish() {
 	t.mu.Lock()
 	t.final = true
