@@ -43,12 +43,12 @@ func NewBreakers(s BreakerSettings) *Breakers { return newBreakers(s, nil) }
 // shares between its layers; nil means a registry of their own.
 func newBreakers(s BreakerSettings, reg *hosts.Registry) *Breakers {
 	b := &Breakers{c: s.config(), epoch: time.Now()}
-	newState := func(k hosts.Key) *circuit.Circuit { return circuit.New(&b.c.Config, b.epoch, k.String()) }
+	newState := func(h *hosts.Host) *circuit.Circuit { return circuit.New(&b.c.Config, b.epoch, h.Name()) }
 	if reg != nil {
-		b.slot = hosts.NewSlot(reg, newState, (*circuit.Circuit).LiveAt)
+		b.slot = hosts.NewSlotOf(reg, newState, (*circuit.Circuit).LiveAt)
 	}
 	if b.slot == nil { // no registry given, or no slot left in it
-		b.slot = hosts.NewSlot(hosts.New(hosts.Options{}), newState, (*circuit.Circuit).LiveAt)
+		b.slot = hosts.NewSlotOf(hosts.New(hosts.Options{}), newState, (*circuit.Circuit).LiveAt)
 	}
 	return b
 }

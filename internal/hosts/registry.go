@@ -138,6 +138,7 @@ type Host struct {
 	used    atomic.Bool
 	dropped atomic.Bool             // no longer in the registry
 	raw     atomic.Pointer[rawName] // how a URL named it, set on its first lookup by URL
+	keyRaw  rawName                 // the key's own spelling, which raw points to when a URL spells it alike
 	states  [maxSlots]atomic.Value  // *T of slot i
 }
 
@@ -250,7 +251,7 @@ func (r *Registry) remember(h *Host, u *url.URL) {
 		return
 	}
 	if h.raw.Load() == nil {
-		h.raw.CompareAndSwap(nil, &rawName{scheme: cloneString(u.Scheme), host: cloneString(u.Host)})
+		h.raw.CompareAndSwap(nil, h.rawOf(u))
 	}
 	if r.recent.Load() != h {
 		r.recent.Store(h)
@@ -285,9 +286,18 @@ func (r *Registry) add(k Key) *Host {
 		r.count.Add(-1)
 		return nil
 	}
-	// Clone: the key's strings may share memory with a long raw URL.
-	k = Key{Scheme: cloneString(k.Scheme), Host: cloneString(k.Host)}
-	h := &Host{hash: hash, key: k, name: k.String()}
+	// One string holds the name and, as parts of it, the key: a host's
+	// entry is one object fewer for the collector to mark, and its
+	// strings share no memory with a long raw URL.
+	var name string
+	if k.Scheme != "" {
+		name = k.String() // a new string
+		k = Key{Scheme: name[:len(k.Scheme)], Host: name[len(k.Scheme)+len("://"):]}
+	} else {
+		name = string([]byte(k.Host))
+		k = Key{Host: name}
+	}
+	h := &Host{hash: hash, key: k, name: name, keyRaw: rawName{scheme: k.Scheme, host: k.Host}}
 	h.used.Store(true)
 	t = t.with(func(*Host) bool { return true }, 1)
 	t.put(h)
@@ -295,7 +305,16 @@ func (r *Registry) add(k Key) *Host {
 	return h
 }
 
-func cloneString(s string) string { return string([]byte(s)) }
+// rawOf returns u's scheme and host as written, which name h: the
+// key's own spelling when u spells them alike (the common case), else a
+// copy of them in one string.
+func (h *Host) rawOf(u *url.URL) *rawName {
+	if u.Scheme == h.key.Scheme && u.Host == h.key.Host {
+		return &h.keyRaw // set before h was shared, never written again
+	}
+	b := string([]byte(u.Scheme + u.Host))
+	return &rawName{scheme: b[:len(u.Scheme)], host: b[len(u.Scheme):]}
+}
 
 // since returns the time since the registry was made, the clock of its
 // sweeps.
@@ -374,7 +393,7 @@ func (r *Registry) Range(f func(*Host) bool) {
 type Slot[T any] struct {
 	r    *Registry
 	i    int
-	make func(Key) *T
+	make func(*Host) *T
 }
 
 // NewSlot adds a slot to r. newState makes a host's state on its first
@@ -382,6 +401,13 @@ type Slot[T any] struct {
 // long its host has gone unused (nil: never). It returns nil when r has
 // no slot left (it has 8).
 func NewSlot[T any](r *Registry, newState func(Key) *T, live func(state *T, now time.Time) bool) *Slot[T] {
+	return NewSlotOf(r, func(h *Host) *T { return newState(h.key) }, live)
+}
+
+// NewSlotOf is [NewSlot] for a state made from the host's entry, so that
+// it can share the entry's strings (its [Host.Name]) rather than make its
+// own.
+func NewSlotOf[T any](r *Registry, newState func(*Host) *T, live func(state *T, now time.Time) bool) *Slot[T] {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old := *r.slots.Load()
@@ -483,7 +509,7 @@ func (s *Slot[T]) Of(h *Host) *T {
 	if t := v.Load(); t != nil {
 		return t.(*T)
 	}
-	t := s.make(h.key)
+	t := s.make(h)
 	if v.CompareAndSwap(nil, t) {
 		return t
 	}

@@ -56,9 +56,13 @@ type Watch struct {
 	// without the lock by the layers that wait.
 	reported atomic.Int64
 
+	// state is live, or how the watch ended: written under mu, once;
+	// read without it by Release and CutErr, which a body's EOF and its
+	// Close both call.
+	state atomic.Uint32
+
 	mu        sync.Mutex
-	state     uint8 // live, or how it ended
-	pending   bool  // the timer is set
+	pending   bool // the timer is set
 	dlArmed   bool
 	idleArmed bool
 	ahead     uint8 // streams beneath that hold the deadline off (see hold)
@@ -70,7 +74,7 @@ type Watch struct {
 
 // How a watch ended.
 const (
-	live uint8 = iota
+	live uint32 = iota
 	endReleased
 	endDeadline
 	endIdle
@@ -139,7 +143,7 @@ func (w *Watch) Deadline() (time.Duration, bool) {
 // stays armed when keep is set; the idle watch starts when idle is set.
 func (w *Watch) BodyStarts(keep, idle bool) {
 	w.mu.Lock()
-	if w.state != live {
+	if w.state.Load() != live {
 		w.mu.Unlock()
 		return
 	}
@@ -197,7 +201,7 @@ func (w *Watch) fire() {
 	now := Now()
 	w.mu.Lock()
 	w.pending = false
-	if w.state != live {
+	if w.state.Load() != live {
 		w.mu.Unlock()
 		return
 	}
@@ -224,13 +228,16 @@ func (w *Watch) fire() {
 
 // end ends the watch as k says, unless it has ended; it reports whether
 // it did.
-func (w *Watch) end(k uint8) bool {
+func (w *Watch) end(k uint32) bool {
+	if w.state.Load() != live {
+		return false // ended already: no lock
+	}
 	w.mu.Lock()
-	if w.state != live {
+	if w.state.Load() != live {
 		w.mu.Unlock()
 		return false
 	}
-	w.state = k
+	w.state.Store(k)
 	if k != endDeadline {
 		w.setArmed(false)
 	}
@@ -246,7 +253,7 @@ func (w *Watch) end(k uint8) bool {
 }
 
 // errOf returns the error of a watch that ended as k: nil when released.
-func (w *Watch) errOf(k uint8) error {
+func (w *Watch) errOf(k uint32) error {
 	switch k {
 	case endDeadline:
 		return w.L.DlErr
@@ -257,12 +264,7 @@ func (w *Watch) errOf(k uint8) error {
 }
 
 // CutErr returns the *DeadlineError that ended the watch, or nil.
-func (w *Watch) CutErr() error {
-	w.mu.Lock()
-	k := w.state
-	w.mu.Unlock()
-	return w.errOf(k)
-}
+func (w *Watch) CutErr() error { return w.errOf(w.state.Load()) }
 
 // Release ends the watch once its work is over. It returns the cut that
 // ended it before, if any.
@@ -277,7 +279,7 @@ func (w *Watch) Release() error {
 // it lapsed while a stream held it off, or whatever cut the work.
 func (w *Watch) Settle() error {
 	w.mu.Lock()
-	lapsed := w.state == live && (w.ahead&aheadLapsed != 0 || w.dlArmed && Now() >= w.due())
+	lapsed := w.state.Load() == live && (w.ahead&aheadLapsed != 0 || w.dlArmed && Now() >= w.due())
 	w.ahead &^= aheadLapsed
 	w.mu.Unlock()
 	if lapsed {
@@ -292,7 +294,7 @@ func (w *Watch) Settle() error {
 func (w *Watch) Hold() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != live || w.ahead&aheadCount == aheadCount || w.ahead&aheadWon != 0 {
+	if w.state.Load() != live || w.ahead&aheadCount == aheadCount || w.ahead&aheadWon != 0 {
 		return false
 	}
 	w.ahead++
@@ -320,7 +322,7 @@ func (w *Watch) Unhold(committed bool) {
 		return
 	}
 	w.ahead &^= aheadHeld
-	if w.state != live {
+	if w.state.Load() != live {
 		return
 	}
 	w.setArmed(true)
