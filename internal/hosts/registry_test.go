@@ -284,3 +284,33 @@ func TestGetURLOfTheRecentHostAllocatesNothing(t *testing.T) {
 		t.Errorf("GetURL allocates %v times, want 0", n)
 	}
 }
+
+// A new host's entry is two objects, its entry and its name (which holds
+// its key's strings and, when a URL spells it alike, that spelling too),
+// beside the copy of its shard's table: each object is one more that the
+// collector marks while the host is remembered.
+func TestANewHostIsItsEntryAndItsName(t *testing.T) {
+	r := New(Options{})
+	const n = 50
+	urls := make([]*url.URL, n+1)
+	for i := range urls {
+		urls[i], _ = url.Parse("https://h" + strconv.Itoa(i) + ".example.com/v1")
+	}
+	i := 0
+	got := testing.AllocsPerRun(n, func() {
+		r.HostURL(urls[i])
+		i++
+	})
+	// The shard's table is copied on write: its struct, its slots and the
+	// list of the hosts it keeps.
+	const table = 3
+	if want := float64(2 + table); got > want {
+		t.Errorf("adding a host allocates %v times, want at most %v", got, want)
+	}
+	for _, u := range urls {
+		h := r.LookupURL(u)
+		if h == nil || h.Name() != "https://"+u.Host || h.Key() != KeyOf(u) {
+			t.Fatalf("entry of %s: %+v", u, h)
+		}
+	}
+}
