@@ -184,13 +184,6 @@ func (t *breakerTransport) CloseIdleConnections() { closeIdle(t.next) }
 
 // RoundTrip sends req through its host's breaker.
 func (t *breakerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	return t.roundTripOn(req, nil)
-}
-
-// roundTripOn is RoundTrip with req's host entry in the registry of the
-// breakers found by the layer above (see concurrencyTransport); nil:
-// found here.
-func (t *breakerTransport) roundTripOn(req *http.Request, h *hosts.Host) (*http.Response, error) {
 	// Checked here even beneath a Retry, which checks its attempts'
 	// bodies: a request may reach this layer by a way that passes no
 	// Retry (a router above it), and a body checked already costs one
@@ -199,7 +192,7 @@ func (t *breakerTransport) roundTripOn(req *http.Request, h *hosts.Host) (*http.
 	if err != nil {
 		return nil, err // the caller's error counts neither way
 	}
-	resp, err := t.roundTrip(req, h)
+	resp, err := t.roundTrip(req)
 	if err != nil || resp == nil || resp.StatusCode >= 400 {
 		// Retry and Hedge above ask the breakers before a wait, which
 		// only a failure starts: a success need not tell them.
@@ -208,11 +201,9 @@ func (t *breakerTransport) roundTripOn(req *http.Request, h *hosts.Host) (*http.
 	return resp, err
 }
 
-func (t *breakerTransport) roundTrip(req *http.Request, h *hosts.Host) (*http.Response, error) {
+func (t *breakerTransport) roundTrip(req *http.Request) (*http.Response, error) {
 	var e *circuit.Circuit
-	if h != nil {
-		e = t.b.slot.Of(h)
-	} else if t.b.c.key == nil && req.URL != nil {
+	if t.b.c.key == nil && req.URL != nil {
 		e = t.b.slot.GetURL(req.URL)
 	} else if k, ok := t.b.key(req); ok {
 		e = t.b.slot.Get(k)

@@ -101,23 +101,19 @@ func concurrencyMiddleware(c *policy.Concurrency, reg *hosts.Registry, h Hooks) 
 	if c == nil {
 		c = &policy.Concurrency{}
 	}
-	newState := func(k hosts.Key) *slots.Host {
-		return &slots.Host{Lim: c.NewLimit(time.Now()), Key: k.String()}
+	newState := func(h *hosts.Host) *slots.Host {
+		return &slots.Host{Lim: c.NewLimit(time.Now()), Key: h.Name()}
 	}
 	var slot *hosts.Slot[slots.Host]
 	if reg != nil {
-		slot = hosts.NewSlot(reg, newState, (*slots.Host).Live)
+		slot = hosts.NewSlotOf(reg, newState, (*slots.Host).Live)
 	}
 	if slot == nil {
-		slot = hosts.NewSlot(hosts.New(hosts.Options{}), newState, (*slots.Host).Live)
+		slot = hosts.NewSlotOf(hosts.New(hosts.Options{}), newState, (*slots.Host).Live)
 	}
 	cfg := &concConfig{slot: slot, onChange: h.OnConcurrencyChange, onRefuse: h.OnConcurrencyRefuse}
 	return func(next http.RoundTripper) http.RoundTripper {
-		t := &concurrencyTransport{c: cfg, next: orDefault(next)}
-		if b, ok := next.(*breakerTransport); ok && b.b.c.key == nil && b.b.slot.Registry() == slot.Registry() {
-			t.breaker = b // New's Breaker just beneath, its circuits in the same entries: one lookup finds both
-		}
-		return t
+		return &concurrencyTransport{c: cfg, next: orDefault(next)}
 	}
 }
 
@@ -130,10 +126,6 @@ type concConfig struct {
 type concurrencyTransport struct {
 	c    *concConfig
 	next http.RoundTripper
-	// breaker is next when it is a Breaker whose circuits are kept by
-	// host in the same registry: it is handed the host's entry found
-	// here. Nil otherwise.
-	breaker *breakerTransport
 }
 
 // CloseIdleConnections forwards to the next RoundTripper.
@@ -145,7 +137,7 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 	if req.URL == nil {
 		return t.next.RoundTrip(req)
 	}
-	e, h := t.c.slot.EntryURL(req.URL)
+	h := t.c.slot.GetURL(req.URL)
 	if h == nil { // the registry is full of hosts that must be kept: no limit
 		return t.next.RoundTrip(req)
 	}
@@ -167,13 +159,7 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 			h.Release(time.Time{}, 0, policy.ConcurrencyIgnored)
 		}
 	}()
-	var resp *http.Response
-	var err error
-	if t.breaker != nil {
-		resp, err = t.breaker.roundTripOn(req, e)
-	} else {
-		resp, err = t.next.RoundTrip(req)
-	}
+	resp, err := t.next.RoundTrip(req)
 	released = true
 	o := concOutcome(req, resp, err)
 	var end time.Time
@@ -205,9 +191,19 @@ func concOutcome(req *http.Request, resp *http.Response, err error) policy.Concu
 		}
 		return policy.ConcurrencyServed
 	}
-	canceled := errors.Is(err, context.Canceled) || req.Context().Err() == context.Canceled
 	v := verdictOf(req, resp, err) // the attempt's one verdict: a timeout of the caller's is a loss (Lost)
-	return policy.ConcurrencyOutcomeOf(v, 0, canceled)
+	return policy.ConcurrencyOutcomeOf(v, 0, canceled(req.Context(), err))
+}
+
+// canceled reports whether an attempt that failed with err was
+// canceled, by its caller or for a hedge that won, rather than cut by a
+// deadline: a bound of New's ends its context with a cancel whose cause
+// is a [*DeadlineError], which is a timeout.
+func canceled(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return !errors.Is(context.Cause(ctx), context.DeadlineExceeded)
+	}
+	return errors.Is(err, context.Canceled)
 }
 
 // wait waits for a slot of h for req, as long as the limit's rule and

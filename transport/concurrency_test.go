@@ -516,55 +516,89 @@ func TestConcurrencyAddsNoAllocation(t *testing.T) {
 	}
 }
 
-// TestConcurrencyHandsItsHostToTheBreaker: in New, the Concurrency layer
-// finds the host's entry once and the Breaker beneath counts its
-// outcomes there: a host that fails opens its breaker, and one that
-// serves keeps it closed, as without the limit.
-func TestConcurrencyHandsItsHostToTheBreaker(t *testing.T) {
-	for _, status := range []int{http.StatusOK, http.StatusInternalServerError} {
-		t.Run(strconv.Itoa(status), func(t *testing.T) {
-			base := Func(func(r *http.Request) (*http.Response, error) {
-				return &http.Response{StatusCode: status, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
-			})
-			rt, ct := chainFinding(base, Options{Concurrency: &policy.Concurrency{}, Retry: policy.Retry{MaxAttempts: 1},
-				Breaker: BreakerSettings{ConsecutiveFailures: 3}})
-			if ct == nil || ct.breaker == nil {
-				t.Fatal("New's Concurrency layer has no Breaker beneath it to hand the host to")
-			}
-			var errs []error
-			for range 5 {
-				req, _ := http.NewRequest("GET", "http://api.test/v1/things", nil)
-				resp, err := rt.RoundTrip(req)
-				if err == nil {
-					resp.Body.Close()
-				}
-				errs = append(errs, err)
-			}
-			u, _ := http.NewRequest("GET", "http://api.test/", nil)
-			got, want := ct.breaker.b.State(u.URL), BreakerClosed
-			if status >= 500 {
-				want = BreakerOpen
-				if !errors.Is(errs[4], ErrCircuitOpen) {
-					t.Errorf("fifth request: %v, want ErrCircuitOpen", errs[4])
-				}
-			}
-			if got != want {
-				t.Errorf("breaker after 5 responses of %d: %v, want %v", status, got, want)
-			}
+// TestConcurrencyAboveTheBreaker: with the limit on, in New and in a
+// Chain of its layers with a wrapper that clones each request between
+// every two, the Breaker beneath counts what the host does: a host that
+// fails opens its breaker, and one that serves keeps it closed.
+func TestConcurrencyAboveTheBreaker(t *testing.T) {
+	o := Options{Concurrency: &policy.Concurrency{}, Retry: policy.Retry{MaxAttempts: 1},
+		Breaker: BreakerSettings{ConsecutiveFailures: 3}}
+	cloning := func(next http.RoundTripper) http.RoundTripper {
+		return Func(func(r *http.Request) (*http.Response, error) {
+			return next.RoundTrip(r.Clone(context.WithValue(r.Context(), struct{ k int }{1}, 1)))
 		})
+	}
+	stacks := map[string]func(base http.RoundTripper) http.RoundTripper{
+		"New": func(base http.RoundTripper) http.RoundTripper { o := o; o.Base = base; return New(o) },
+		"Chain with wrappers": func(base http.RoundTripper) http.RoundTripper {
+			var mws []Middleware
+			for _, m := range Layers(o) {
+				mws = append(mws, m, cloning)
+			}
+			return Chain(base, mws...)
+		},
+	}
+	for name, stack := range stacks {
+		for _, status := range []int{http.StatusOK, http.StatusInternalServerError} {
+			t.Run(name+"/"+strconv.Itoa(status), func(t *testing.T) {
+				base := Func(func(r *http.Request) (*http.Response, error) {
+					return &http.Response{StatusCode: status, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+				})
+				rt := stack(base)
+				var errs []error
+				for range 5 {
+					req, _ := http.NewRequest("GET", "http://api.test/v1/things", nil)
+					resp, err := rt.RoundTrip(req)
+					if err == nil {
+						resp.Body.Close()
+					}
+					errs = append(errs, err)
+				}
+				for i, err := range errs {
+					open := status >= 500 && i >= 3
+					if got := errors.Is(err, ErrCircuitOpen); got != open {
+						t.Errorf("request %d of a host answering %d: err %v, want circuit open %v", i+1, status, err, open)
+					}
+				}
+			})
+		}
 	}
 }
 
-// chainFinding is Chain(base, Layers(o)...), and the Concurrency layer
-// in it.
-func chainFinding(base http.RoundTripper, o Options) (http.RoundTripper, *concurrencyTransport) {
-	mws := Layers(o)
-	rt, ct := base, (*concurrencyTransport)(nil)
-	for i := len(mws) - 1; i >= 0; i-- {
-		rt = mws[i](rt)
-		if c, ok := rt.(*concurrencyTransport); ok {
-			ct = c
-		}
+// TestConcurrencyOutcomeOfACutAttempt: an attempt cut by a bound of
+// New's (its context canceled with a *DeadlineError as cause) or by the
+// caller's deadline is a loss the limit learns from; one its caller
+// canceled, with a cause or without, or a hedge loser, teaches nothing.
+func TestConcurrencyOutcomeOfACutAttempt(t *testing.T) {
+	cut := &DeadlineError{Bound: boundAttempt, Limit: time.Second}
+	mine := errors.New("the caller's own reason")
+	tests := []struct {
+		name  string
+		cause error // the cause the attempt's context is canceled with; nil: a deadline
+		err   error // what the base returned
+		want  policy.ConcurrencyOutcome
+	}{
+		{"a bound of New's", cut, cut, policy.ConcurrencyLoss},
+		{"the caller's deadline", nil, context.DeadlineExceeded, policy.ConcurrencyLoss},
+		{"the caller's cancel", context.Canceled, context.Canceled, policy.ConcurrencyIgnored},
+		{"the caller's cancel with a cause", mine, mine, policy.ConcurrencyIgnored},
 	}
-	return rt, ct
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ctx context.Context
+			if tt.cause == nil {
+				c, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+				defer cancel()
+				ctx = c
+			} else {
+				c, cancel := context.WithCancelCause(context.Background())
+				cancel(tt.cause)
+				ctx = c
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://api.test/", nil)
+			if got := concOutcome(req, nil, tt.err); got != tt.want {
+				t.Errorf("concOutcome = %v, want %v", got, tt.want)
+			}
+		})
+	}
 }

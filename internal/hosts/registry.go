@@ -11,6 +11,7 @@ package hosts
 import (
 	"hash/maphash"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -294,7 +295,7 @@ func (r *Registry) add(k Key) *Host {
 		name = k.String() // a new string
 		k = Key{Scheme: name[:len(k.Scheme)], Host: name[len(k.Scheme)+len("://"):]}
 	} else {
-		name = string([]byte(k.Host))
+		name = strings.Clone(k.Host)
 		k = Key{Host: name}
 	}
 	h := &Host{hash: hash, key: k, name: name, keyRaw: rawName{scheme: k.Scheme, host: k.Host}}
@@ -312,7 +313,10 @@ func (h *Host) rawOf(u *url.URL) *rawName {
 	if u.Scheme == h.key.Scheme && u.Host == h.key.Host {
 		return &h.keyRaw // set before h was shared, never written again
 	}
-	b := string([]byte(u.Scheme + u.Host))
+	b := u.Scheme + u.Host // a new string, unless one of them is empty
+	if u.Scheme == "" || u.Host == "" {
+		b = strings.Clone(b)
+	}
 	return &rawName{scheme: b[:len(u.Scheme)], host: b[len(u.Scheme):]}
 }
 
@@ -451,21 +455,6 @@ func (s *Slot[T]) GetURL(u *url.URL) *T {
 		return nil
 	}
 	return s.Of(h)
-}
-
-// EntryURL is GetURL that also returns the host's entry, so that a
-// caller can hand it to the next layer, which finds its own state there
-// with [Slot.Of] rather than by a second lookup.
-func (s *Slot[T]) EntryURL(u *url.URL) (*Host, *T) {
-	h := s.r.recentFor(u)
-	if h != nil { // the common case, inlined
-		if !h.used.Load() {
-			h.used.Store(true)
-		}
-	} else if h = s.r.HostURL(u); h == nil {
-		return nil, nil
-	}
-	return h, s.Of(h)
 }
 
 // Peek returns k's state, nil when k has none. It makes nothing and does
