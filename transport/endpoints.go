@@ -200,13 +200,33 @@ func (ep *endpoints) alternates() Middleware {
 		return nil
 	}
 	return func(next http.RoundTripper) http.RoundTripper {
-		return &alternatesTransport{ep: ep, next: orDefault(next)}
+		t := &alternatesTransport{ep: ep, next: orDefault(next)}
+		// What every request's send shares, made once: each request adds
+		// its origins and its operation's record.
+		t.send = endpoint.Alternates{Next: t.next, Adjust: ep.e.Adjust,
+			Refused: func(req *http.Request, u *url.URL, at time.Time) bool {
+				return ep.refusedOrigin(opOf(req.Context()), req, u, at)
+			},
+			Unsent: func(err error) bool { return errors.Is(err, ErrCircuitOpen) },
+			Ended:  callerEnded,
+		}
+		if f := ep.onFailover; f != nil {
+			t.send.OnFailover = func(req *http.Request, from, to string, open bool) {
+				reason := failoverFailed
+				if open {
+					reason = failoverOpen
+				}
+				f(FailoverEvent{Request: req, From: from, To: to, Reason: reason})
+			}
+		}
+		return t
 	}
 }
 
 type alternatesTransport struct {
 	ep   *endpoints
 	next http.RoundTripper
+	send endpoint.Alternates // without List and Op
 }
 
 // CloseIdleConnections forwards to the next RoundTripper.
@@ -250,22 +270,8 @@ func (t *alternatesTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	if list == nil {
 		return t.next.RoundTrip(req)
 	}
-	ctx := req.Context()
-	st := opOf(ctx)
-	a := endpoint.Alternates{Next: t.next, List: list, Op: endpointOpOf(ctx).record(), Adjust: t.ep.e.Adjust,
-		Refused: func(req *http.Request, u *url.URL, at time.Time) bool { return t.ep.refusedOrigin(st, req, u, at) },
-		Unsent:  func(err error) bool { return errors.Is(err, ErrCircuitOpen) },
-		Ended:   func() bool { return callerEnded(ctx) },
-	}
-	if f := t.ep.onFailover; f != nil {
-		a.OnFailover = func(req *http.Request, from, to string, open bool) {
-			reason := failoverFailed
-			if open {
-				reason = failoverOpen
-			}
-			f(FailoverEvent{Request: req, From: from, To: to, Reason: reason})
-		}
-	}
+	a := t.send
+	a.List, a.Op = list, endpointOpOf(req.Context()).record()
 	return a.Send(req)
 }
 

@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"time"
@@ -21,8 +22,9 @@ type Alternates struct {
 	// Unsent reports whether err is a refusal unsent by the origin's
 	// breaker (a half-open one whose probes are taken).
 	Unsent func(err error) bool
-	// Ended reports whether the request's caller ended it.
-	Ended func() bool
+	// Ended reports whether the caller ended the request whose context
+	// it is given.
+	Ended func(ctx context.Context) bool
 	// OnFailover, when set, is called for each attempt sent to an
 	// alternate, open telling whether for an open circuit rather than
 	// for a failed attempt.
@@ -68,7 +70,7 @@ func (a *Alternates) Send(req *http.Request) (*http.Response, error) {
 			}
 		}
 		if op != nil {
-			o := policy.Outcome{Request: r, Response: resp, Err: err, CallerEnded: a.Ended()}
+			o := policy.Outcome{Request: r, Response: resp, Err: err, CallerEnded: a.Ended(req.Context())}
 			if policy.FailsOver(o) {
 				op.Next.Store(int32((i + 1) % len(list)))
 			} else if err == nil {
