@@ -394,7 +394,7 @@ func (h *Race) acceptable(r *result) bool {
 		Response: r.resp,
 		Problem:  problem,
 		Attempt:  h.attempt + r.i,
-		Keyed:    req.Header.Get(c.KeyHeader) != "",
+		Keyed:    policy.HasKey(req, c.KeyHeader),
 		Now:      time.Now(),
 	}).Retry
 }

@@ -57,10 +57,9 @@ var Hook atomic.Pointer[func(*http.Request)]
 // outcome (resp, err) is kept beside the verdict, so that a layer whose
 // outcome differs (one that a layer between changed) judges its own.
 // Its zero value is empty and ready to use; it is safe for concurrent
-// use. It is 32 bytes, small enough to ride in the allocation that
-// begins an operation without moving it to a larger size class: the
-// verdict's flags share the word that publishes them, and a refusal's
-// name is read again from the error it was found in.
+// use. It is 32 bytes: the verdict's flags share the word that
+// publishes them, and a refusal's name is read again from the error it
+// was found in.
 type Kept struct {
 	state atomic.Uint32 // writing, or done with the verdict's flags; 0: empty
 	resp  *http.Response
