@@ -37,9 +37,15 @@ type hostState struct {
 	maxPause time.Duration
 	// held counts the responses that asked for the pause in force: the
 	// requests likely to come back when it ends.
-	held    int
-	release spread
-	thr     throttle
+	held int
+	// late counts the requests told to wait for the pause in force at
+	// or after firstEnd, the end of the wait its first response asked
+	// for: the retries of the responses counted in held, come back
+	// before a later response's pause ended (see releaseSlot).
+	late     int
+	firstEnd time.Time
+	release  spread
+	thr      throttle
 	// refusedSent is when the latest request refused by a 429 with
 	// Retry-After was let through; excess is when the host last accepted
 	// a request let through after it (see excessOnly); cutsInRow counts
@@ -52,6 +58,10 @@ type hostState struct {
 	bare           barePause
 	client         *rate.Limiter // Options.Rate; nil when off
 	news           chan struct{} // closed by the next response; nil when nobody waits
+	// respaced is closed when the pace restarts at a higher rate: the
+	// requests asleep in its old slots take new ones. nil when nobody
+	// waits.
+	respaced chan struct{}
 }
 
 // verdict is what the state of a host says to one request.
@@ -65,6 +75,8 @@ type verdict struct {
 	reason string        // why; "" means go
 	own    bool          // a wait of the Tracker's own making (spread, pace)
 	news   chan struct{} // ReasonAwaitQuota: wait for this to close
+	// wake ends a wait of the Tracker's own making early: ask again.
+	wake chan struct{}
 }
 
 // admission is what one request has been through so far in admit.
@@ -130,6 +142,9 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		}
 	}
 	if paused && !h.pause.Before(until) {
+		if !a.waited && !now.Before(h.firstEnd) {
+			h.late++
+		}
 		a.waited = true
 		return verdict{until: h.pause, asked: later(asked, h.cause.asked), cause: h.cause, reason: ReasonRetryAfter}
 	}
@@ -152,9 +167,20 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	// A measured rate releases the requests a pause held by itself.
 	if !a.released && !(h.thr.on(now) && h.thr.measured()) {
 		a.released = true
-		if slot, ok := h.releaseSlot(now, set, a.waited); ok && slot.After(now) {
+		slot, ok := h.releaseSlot(now, set, a.waited)
+		if ok && slot.After(now) {
 			res.releasedAt = slot
 			return verdict{until: slot, reason: ReasonReleaseRate, own: true}
+		}
+		if !ok && h.spreading(now) && h.excessOnly(now) && !h.thr.on(now) {
+			// The spread's places are all taken and it still runs: this
+			// request comes on top of the requests the pause held (the
+			// next one of a client whose released request succeeded).
+			// Rather than go at once, on top of the spread, it starts a
+			// blind guess, from the rate the spread releases at, that
+			// grows with its successes (see guessFrom): the host has
+			// shown that it refuses only the excess.
+			h.thr.guessFrom(now, h.releaseRate(set))
 		}
 	}
 	if h.thr.on(now) && (!a.paced || a.epoch != h.thr.pace.epoch || h.thr.pace.late(res.pacedAt, now)) {
@@ -165,7 +191,10 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		slot := h.thr.pace.reserve(now)
 		res.pacedAt = slot
 		if slot.After(now) {
-			return verdict{until: slot, reason: ReasonThrottle, own: true}
+			if h.respaced == nil {
+				h.respaced = make(chan struct{})
+			}
+			return verdict{until: slot, reason: ReasonThrottle, own: true, wake: h.respaced}
 		}
 	}
 	for i := range h.quotas[:h.nq] {
@@ -309,7 +338,7 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 					h.thr.quiet = later(h.thr.quiet, now.Add(min(until.Sub(now), maxOwnWait)))
 					h.cutsInRow++
 				case h.thr.tooMany(now, sent, false):
-					if m, ok := h.thr.lastSecond(now); ok && was <= throttleNear*m {
+					if m, ok := h.thr.lastSecond(now); ok && was > 0 && was <= throttleNear*m {
 						// The cap was about what the host accepts: the
 						// requests let through within the Retry-After (a
 						// second at most) meet the excess this 429
@@ -389,6 +418,13 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 				h.bare.ok = true
 			}
 			h.thr.success(now, sent)
+			if h.thr.pace.respaced {
+				h.thr.pace.respaced = false
+				if h.respaced != nil {
+					close(h.respaced)
+					h.respaced = nil
+				}
+			}
 		}
 	}
 	h.wake()

@@ -14,11 +14,20 @@ type pacer struct {
 	epoch    uint32    // counts restarts
 	// low is the lowest rate set since the throttle's anchor (0: none).
 	low float64
+	// spaced is the lowest rate set since the last restart: the slots
+	// taken since are at least 1/spaced apart.
+	spaced float64
+	// respaced is set when the schedule restarted because the rate grew:
+	// the requests asleep in its slots wake to take new ones.
+	respaced bool
 }
 
 func (p *pacer) setRate(r float64) {
 	if p.low == 0 || r < p.low {
 		p.low = r
+	}
+	if p.spaced == 0 || r < p.spaced {
+		p.spaced = r
 	}
 	p.interval = time.Duration(float64(time.Second) / r)
 }
@@ -27,7 +36,30 @@ func (p *pacer) setRate(r float64) {
 func (p *pacer) restart(from time.Time) {
 	p.next = from
 	p.epoch++
+	p.spaced = 0
+	if p.interval > 0 {
+		p.spaced = float64(time.Second) / float64(p.interval)
+	}
 }
+
+// respace restarts the schedule at now when the rate has grown by
+// respaceGrowth since its slots were taken and more than queued
+// requests wait in them: those slots, spaced at the old rate, would hold
+// the pace below the new one for as long as they last.
+func (p *pacer) respace(now time.Time, queued int) {
+	if p.interval <= 0 || p.spaced == 0 || p.backlog(now) < queued {
+		return
+	}
+	if r := float64(time.Second) / float64(p.interval); r < respaceGrowth*p.spaced {
+		return
+	}
+	p.restart(now.Add(p.interval))
+	p.respaced = true
+}
+
+// respaceGrowth is how much a rate grows before the slots taken at the
+// old one are taken again.
+const respaceGrowth = 1.25
 
 // reserve takes the next slot at or after now and returns it.
 func (p *pacer) reserve(now time.Time) time.Time {
@@ -52,4 +84,13 @@ func (p *pacer) cancel(slot time.Time) {
 	if p.next.Equal(slot.Add(p.interval)) {
 		p.next = slot
 	}
+}
+
+// backlog returns how many slots are taken ahead of now: requests that
+// wait for the pace, more than it lets go.
+func (p *pacer) backlog(now time.Time) int {
+	if p.interval <= 0 || !p.next.After(now) {
+		return 0
+	}
+	return int(p.next.Sub(now) / p.interval)
 }

@@ -45,7 +45,13 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.
 		// asking: these are often one, the retry of a request told to
 		// pause, which would otherwise be counted twice and make the
 		// next request wait a slot for nobody.
-		n := int(h.waiters.Load()) + max(h.held, 1)
+		// A request told to pause once the first ask's wait had passed
+		// (late) is most likely the retry of one of those responses,
+		// whose own wait ended just before the pause's (a later 429
+		// ends it later): it sleeps here and is counted in held, so it
+		// is counted once.
+		w := int(h.waiters.Load())
+		n := w + max(h.held-min(h.late, w), 1)
 		d := time.Duration(float64(n) / h.releaseRate(set) * float64(time.Second))
 		d = min(d, maxOwnWait)
 		h.release = spread{of: h.pause, end: h.pause.Add(d), next: h.pause, interval: d / time.Duration(n)}
@@ -60,6 +66,12 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.
 	}
 	s.next = slot.Add(s.interval)
 	return slot, true
+}
+
+// spreading reports whether the spread after the last pause is still
+// releasing the requests it held at now.
+func (h *hostState) spreading(now time.Time) bool {
+	return !h.pause.IsZero() && h.release.of.Equal(h.pause) && now.Before(h.release.end)
 }
 
 // releaseRate is the rate at which requests held by a pause are let go:
@@ -109,8 +121,9 @@ const excessCutsInRow = 2
 // response that asked (0 for none), and asked whether its Retry-After
 // did. h.mu is held.
 func (h *hostState) setPause(now, until time.Time, status int, asked bool) {
-	if !now.Before(h.pause) {
-		h.held = 0 // a new pause
+	fresh := !now.Before(h.pause)
+	if fresh {
+		h.held, h.late = 0, 0 // a new pause
 	}
 	c := pauseCause{status: status}
 	if asked {
@@ -118,6 +131,9 @@ func (h *hostState) setPause(now, until time.Time, status int, asked bool) {
 	}
 	if held := holdUntil(now, until, h.maxPause); until.After(held) {
 		c.asked, until = until, held
+	}
+	if fresh {
+		h.firstEnd = until
 	}
 	if until.After(h.pause) {
 		h.pause, h.cause = until, c

@@ -39,7 +39,13 @@ import (
 //
 // A 429 of a request sent before the last cut says nothing new. 429s
 // with Retry-After pause the host as asked and teach the rate as well,
-// but a guess caps the host only from the second of them.
+// but a guess caps the host only from the second of them, or once the
+// host has shown that it refuses only the excess while the requests the
+// pause held are released: the next request then starts a blind guess
+// (see guessFrom), which grows as slow start does, blindStep a success
+// while requests queue for it, its queued slots taken again as it grows
+// (see pacer.respace), and whose first 429 cuts it from what the host
+// accepted in the last quarter second (see recent).
 
 const (
 	// throttlePause is how long a host pauses after a 429 that names no
@@ -71,6 +77,14 @@ const (
 	// slow start does.
 	guessAhead = 2
 	guessStep  = 1.5
+	// blindStep is how much a blind guess (see guessFrom) grows a
+	// success: from the floor it starts at, it reaches a hundred
+	// requests a second within a second.
+	blindStep = 3
+	// guessQueued is how many requests waiting for the pace show that a
+	// guess is used whole, whatever the last second's successes: it
+	// grows as TCP's slow start grows a window the sender fills.
+	guessQueued = 4
 	// drainSlots is how many slots of the pace a refused probe leaves
 	// empty.
 	drainSlots = 4
@@ -138,6 +152,9 @@ type throttle struct {
 	// successes counted then (see refusal).
 	anchor time.Time
 	okAt   int
+	// blind is set while the guess in force started from nothing
+	// measured (see guessFrom), until a 429 cuts it.
+	blind bool
 }
 
 // okRing is how many successes the throttle remembers: a second's worth
@@ -204,6 +221,33 @@ func (t *throttle) lastSecond(now time.Time) (float64, bool) {
 	return float64(n) / now.Sub(from).Seconds(), true
 }
 
+// recentSpan is the span over which recent measures what a host
+// accepted just before a guess was refused.
+const recentSpan = 250 * time.Millisecond
+
+// recent returns the successes a second over the last recentSpan, and
+// false when fewer than throttleEvenN came in it or a pause took part
+// of it. A span this short counts the limiter's burst as well as its
+// rate: the first burst, what the host accepted at once before anything
+// was known, is taken for that burst and not counted.
+func (t *throttle) recent(now time.Time) (float64, bool) {
+	from := now.Add(-recentSpan)
+	if t.resumed.After(from) {
+		return 0, false
+	}
+	n := 0
+	for i := 1; i <= min(t.nok, okRing); i++ {
+		if !t.oks[(t.nok-i)%okRing].After(from) {
+			break
+		}
+		n++
+	}
+	if n -= t.burst; n < throttleEvenN {
+		return 0, false
+	}
+	return float64(n) / recentSpan.Seconds(), true
+}
+
 // success records a response that was not a 429, to a request let
 // through at sent (the zero Time when the host had no state then).
 func (t *throttle) success(now, sent time.Time) {
@@ -229,9 +273,16 @@ func (t *throttle) success(now, sent time.Time) {
 	switch {
 	case !on:
 	case t.grow == growGuess:
-		if !ok || t.rate < guessAhead*m {
-			t.rate += guessStep
+		if !ok || t.rate < guessAhead*m || t.blind && t.pace.backlog(now) >= guessQueued {
+			step := guessStep
+			if t.blind {
+				step = blindStep
+			}
+			t.rate += step
 			t.pace.setRate(t.rate)
+			if t.blind {
+				t.pace.respace(now, guessQueued)
+			}
 		}
 	case t.grow == growAIMD:
 		if t.plateau > 0 && t.rate+throttleGrowth >= t.plateau {
@@ -285,9 +336,19 @@ func (t *throttle) holdBurst(now time.Time) bool {
 	return true
 }
 
+// guessFrom caps the host at a blind guess r from now: the host has
+// shown only that it refuses the excess, and the guess grows by
+// blindStep a success while requests queue for it, until a 429 cuts it
+// from what the host accepted just before.
+func (t *throttle) guessFrom(now time.Time, r float64) {
+	t.rate, t.grow, t.blind = max(r, minThrottleRate), growGuess, true
+	t.cut, t.last429, t.drain = now, now, drain{}
+	t.pace.setRate(t.rate)
+}
+
 // hold holds the rate at its plateau from now.
 func (t *throttle) hold(now time.Time) {
-	t.rate, t.grow, t.set = t.plateau, growHeld, now
+	t.rate, t.grow, t.set, t.blind = t.plateau, growHeld, now, false
 	t.pace.setRate(t.rate)
 }
 
@@ -328,6 +389,11 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 			// pace's queue lags a cap that rose).
 			r = min(r, m)
 		}
+		if q, qok := t.recent(now); qok && t.blind && q > r {
+			// A blind guess grows fast: what the host accepted just
+			// now, not over the last second, is about its rate.
+			r = min(t.rate, q)
+		}
 		grow := uint8(growAIMD)
 		t.ceiling = t.rate
 		if t.grow == growGuess && now.Sub(t.cut) < guessTail {
@@ -341,7 +407,7 @@ func (t *throttle) tooMany(now, sent time.Time, asked bool) bool {
 		t.rate, t.grow = r*throttleCut, grow
 	}
 	t.rate = max(t.rate, minThrottleRate)
-	t.cut = now
+	t.cut, t.blind = now, false
 	t.drain = drain{}
 	t.pace.setRate(t.rate)
 	return true

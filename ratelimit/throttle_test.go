@@ -374,3 +374,101 @@ func TestThrottleRefusalsMeasureTheRate(t *testing.T) {
 		}
 	}
 }
+
+// TestPacerRespace: slots taken at a low rate would hold the pace below
+// a higher one for as long as they last; once the rate has grown by a
+// quarter, with more than a few requests queued, the schedule starts
+// again at the new rate (and a new epoch, so that their holders take
+// new slots). A smaller growth, or a short queue, keeps the schedule.
+func TestPacerRespace(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		queued  int     // slots taken ahead of t0
+		rate    float64 // the rate set after them
+		respace bool
+	}{
+		{"grown by half, 10 queued", 10, 30, true},
+		{"grown by a quarter, 10 queued", 10, 25, true},
+		{"grown by a tenth, 10 queued", 10, 22, false},
+		{"grown by half, 1 queued", 1, 30, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p pacer
+			p.setRate(20)
+			p.restart(t0)
+			for range tc.queued + 1 {
+				p.reserve(t0)
+			}
+			epoch := p.epoch
+			p.setRate(tc.rate)
+			p.respace(t0, 4)
+			if got := p.epoch != epoch; got != tc.respace || p.respaced != tc.respace {
+				t.Fatalf("restarted = %v, respaced = %v; want %v", got, p.respaced, tc.respace)
+			}
+			if !tc.respace {
+				return
+			}
+			interval := time.Duration(float64(time.Second) / tc.rate)
+			if got, want := p.reserve(t0), t0.Add(interval); !got.Equal(want) {
+				t.Errorf("first slot after the respace = %v, want %v (an interval of the new rate)", got.Sub(t0), want.Sub(t0))
+			}
+			if got, want := p.reserve(t0), t0.Add(2*interval); !got.Equal(want) {
+				t.Errorf("second slot = %v, want %v", got.Sub(t0), want.Sub(t0))
+			}
+		})
+	}
+}
+
+// TestThrottleBlindGuess: a blind guess grows by blindStep a success
+// while requests queue for it, and a 429 cuts it to 90% of what the host
+// accepted over the last quarter second, the first burst not counted,
+// not to what it accepted over the last second, which lags the growth.
+// A guess made from a 429 grows by guessStep, as before.
+func TestThrottleBlindGuess(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	var th throttle
+	th.burst = 6 // the first burst: nginx's burst of 5, and one
+	th.resumed = t0
+	th.guessFrom(t0, 20)
+	if !th.blind || th.rate != 20 {
+		t.Fatalf("guessFrom: rate %v, blind %v; want 20, true", th.rate, th.blind)
+	}
+	// Twenty requests queue for the pace; the host accepts 40 a second
+	// for a second, then 100 a second for 250 ms.
+	th.pace.restart(t0)
+	for range 20 {
+		th.pace.reserve(t0)
+	}
+	now := t0
+	for i := range 40 + 25 {
+		d := 25 * time.Millisecond
+		if i >= 40 {
+			d = 10 * time.Millisecond
+		}
+		now = now.Add(d)
+		for th.pace.backlog(now) < 20 {
+			th.pace.reserve(now)
+		}
+		th.success(now, now.Add(-time.Millisecond))
+	}
+	if got, want := th.rate, 20+65*float64(blindStep); got != want {
+		t.Errorf("after 65 successes with 20 queued: rate = %v, want %v", got, want)
+	}
+	m, _ := th.lastSecond(now)
+	th.tooMany(now, now.Add(-time.Millisecond), false)
+	want := (25 - 6) / recentSpan.Seconds() * throttleCut
+	if got := th.rate; math.Abs(got-want) > 0.5 {
+		t.Errorf("cut after the guess's first 429 = %.1f, want %.1f (90%% of the last quarter second's 25 less the first burst's 6; the last second's %.0f lags)", got, want, m)
+	}
+	if th.blind || th.grow != growAIMD {
+		t.Errorf("after the cut: blind %v, grow %v; want false, %v", th.blind, th.grow, growAIMD)
+	}
+
+	var g throttle
+	g.rate, g.grow, g.last429 = 20, growGuess, t0
+	g.success(t0, t0.Add(-time.Millisecond))
+	if got, want := g.rate, 20+guessStep; got != want {
+		t.Errorf("a guess made from a 429, after a success: rate = %v, want %v", got, want)
+	}
+}

@@ -107,6 +107,8 @@ func (w *waiter) sleepFor(now time.Time, v verdict) error {
 	select {
 	case <-timer.C:
 		return nil
+	case <-v.wake:
+		return nil // the state changed: ask again
 	case <-ctx.Done():
 		return ctx.Err()
 	}
