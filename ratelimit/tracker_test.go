@@ -968,3 +968,56 @@ func TestQuotaErrorNamesTheHoldsEnd(t *testing.T) {
 		res.Cancel()
 	})
 }
+
+// TestTrackerSpreadCountsEarlyRetriesOnce: 25 requests in flight get 429
+// Retry-After: 1, the answers 0.2 ms apart, and each is sent again its
+// own second later, as Retry sends it: all but the last come back before
+// the last answer's pause ends and wait for it. They are the requests
+// the pause held, counted once: the spread releases 25, not 49, over its
+// second, 40 ms apart (at DefaultReleaseRate, 25 would take 1.25 s).
+func TestTrackerSpreadCountsEarlyRetriesOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		const n = 25
+		start := time.Now()
+		res := make([]Reservation, n)
+		for i := range res {
+			var err error
+			if res[i], err = tr.Reserve(newReq(t, nil, "https://api.example.com/x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var (
+			mu  sync.Mutex
+			out []time.Duration
+			wg  sync.WaitGroup
+		)
+		for i := range res {
+			time.Sleep(200 * time.Microsecond)
+			res[i].Settle(&http.Response{StatusCode: http.StatusTooManyRequests, Header: hdr("Retry-After", "1")})
+			wg.Go(func() {
+				time.Sleep(time.Second) // the retry's own wait
+				if err := waitFor(tr, newReq(t, nil, "https://api.example.com/x")); err != nil {
+					t.Errorf("Wait = %v, want nil", err)
+					return
+				}
+				mu.Lock()
+				out = append(out, time.Since(start))
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		slices.Sort(out)
+		end := time.Second + n*200*time.Microsecond // the last answer's pause
+		if out[0] != end {
+			t.Errorf("first retry let through at %v, want %v", out[0], end)
+		}
+		gap := out[n-1]
+		for i := 1; i < n; i++ {
+			gap = min(gap, out[i]-out[i-1])
+		}
+		if want := time.Second / n; gap < want {
+			t.Errorf("retries let through %v apart at the closest, want at least %v (the spread sized for %d): %v", gap, want, n, out)
+		}
+	})
+}
