@@ -15,8 +15,9 @@ import (
 // request per interval of its rate, so when throttleEvenN of them come
 // back evenly spaced (see drain.rate), their spacing is the limiter's
 // rate M. The host is then held
-// at throttleBelow·M, just under the limit so that the limiter's burst
-// is kept for jitter, for throttlePlateau; then the cap grows, slowly at
+// at drainBelow·M, just under the limit so that the limiter's burst
+// is kept for jitter (a rate measured otherwise is held at
+// throttleBelow of it), for throttlePlateau; then the cap grows, slowly at
 // first (quadratically in time, doubling after another throttleRamp),
 // to find out whether the limit was raised, and goes once it has doubled.
 //
@@ -58,6 +59,12 @@ const (
 	throttleGrowth = 0.05
 	// throttleBelow is the fraction of a measured rate the cap keeps.
 	throttleBelow = 0.97
+	// drainBelow is the fraction of a rate measured from a queue's drain
+	// (see drain.rate) the cap keeps: a limiter that answers a queue
+	// delays a request sent a little above its rate rather than refuse
+	// it, and the drain's spacing, late by its timers, is a little under
+	// its rate already.
+	drainBelow = 0.99
 	// throttlePlateau is how long a measured cap holds before it grows.
 	throttlePlateau = 20 * time.Second
 	// throttleRamp is how long after the plateau the cap takes to double.
@@ -260,7 +267,7 @@ func (t *throttle) success(now, sent time.Time) {
 	if sent.Before(t.cut) && (on || now.Sub(t.cut) < throttleForget) {
 		t.drain.add(now)
 		if m, ok := t.drain.rate(); ok {
-			t.plateau = max(m*throttleBelow, minThrottleRate)
+			t.plateau = max(m*drainBelow, minThrottleRate)
 			t.hold(now)
 		}
 		return

@@ -29,12 +29,12 @@ func TestThrottleDrain(t *testing.T) {
 		wantRate  float64         // 0: no cap
 		wantHeld  bool            // the rate is a measure
 	}{
-		{"a queue answered at 100/s", false, ms(10, 20, 30, 40, 50), 97, true},
-		{"a queue answered at 20/s, Retry-After", true, ms(50, 100, 150, 200, 250), 19.4, true},
-		{"a queue with jitter", false, ms(9, 21, 29, 42, 50), 97, true},
+		{"a queue answered at 100/s", false, ms(10, 20, 30, 40, 50), 100 * drainBelow, true},
+		{"a queue answered at 20/s, Retry-After", true, ms(50, 100, 150, 200, 250), 20 * drainBelow, true},
+		{"a queue with jitter", false, ms(9, 21, 29, 42, 50), 100 * drainBelow, true},
 		// Two drains that nginx's queue at 100/s gave a loaded process.
-		{"a queue read late, then in a clump", false, ms(3, 18, 23, 29, 39, 49), 97, true},
-		{"a queue whose last answer is read late", false, ms(10, 20, 30, 39, 56), 97, true},
+		{"a queue read late, then in a clump", false, ms(3, 18, 23, 29, 39, 49), 100 * drainBelow, true},
+		{"a queue whose last answer is read late", false, ms(10, 20, 30, 39, 56), 100 * drainBelow, true},
 		{"answered at once (token bucket)", false, ms(5, 5, 5, 5, 5), float64(DefaultReleaseRate), false},
 		{"answered at once, Retry-After", true, ms(5, 5, 5, 5, 5), 0, false},
 		{"uneven latencies", false, ms(5, 45, 55, 150), float64(DefaultReleaseRate), false},
@@ -68,14 +68,15 @@ func TestThrottlePlateau(t *testing.T) {
 		th.success(t0.Add(time.Duration(10*(i+1))*time.Millisecond), time.Time{})
 	}
 	measured := t0.Add(50 * time.Millisecond) // the last of the drain
+	const p = 100 * drainBelow                // the plateau: the drain's 100/s, less its margin
 	for _, step := range []struct {
 		at   time.Duration // after measured
 		want float64       // 0: no cap
 	}{
-		{time.Second, 97},
-		{20 * time.Second, 97},
-		{25 * time.Second, 97 * 1.25},
-		{29 * time.Second, 97 * 1.81},
+		{time.Second, p},
+		{20 * time.Second, p},
+		{25 * time.Second, p * 1.25},
+		{29 * time.Second, p * 1.81},
 		{30 * time.Second, 0},
 		{60 * time.Second, 0},
 	} {
@@ -98,13 +99,13 @@ func TestThrottlePlateau(t *testing.T) {
 	at := measured.Add(25 * time.Second)
 	th2.on(at)
 	th2.tooMany(at, at, false)
-	if want := 97 * 1.25 * throttleCut; math.Abs(th2.rate-want) > 0.01 {
+	if want := p * 1.25 * throttleCut; math.Abs(th2.rate-want) > 0.01 {
 		t.Errorf("the probe's 429: rate %.2f, want %.2f", th2.rate, want)
 	}
 	th2.success(at.Add(time.Millisecond), at)
 	for _, d := range []time.Duration{time.Second, 19 * time.Second} {
-		if !th2.on(at.Add(d)) || th2.rate != 97 {
-			t.Errorf("%v after the probe's 429: rate %.2f, want 97", d, th2.rate)
+		if !th2.on(at.Add(d)) || th2.rate != p {
+			t.Errorf("%v after the probe's 429: rate %.2f, want %.2f", d, th2.rate, p)
 		}
 	}
 }
@@ -174,7 +175,7 @@ func TestTrackerPauseReleasedAtMeasuredRate(t *testing.T) {
 		}
 		wg.Wait()
 		slices.Sort(out)
-		rate := 20 * throttleBelow
+		rate := 20 * drainBelow
 		interval := time.Duration(float64(time.Second) / rate)
 		for i, got := range out {
 			if want := time.Second + time.Duration(i)*interval; got != want {

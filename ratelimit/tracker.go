@@ -63,8 +63,9 @@ import (
 //   - 429s teach the host's rate. The requests in flight at a 429 that
 //     then succeed evenly spaced, as a limiter answers its queue
 //     (nginx's limit_req), measure the rate it accepts. The host is then
-//     paced at 97% of that rate, so that the limiter's burst is left for
-//     jitter, for twenty seconds; then the cap grows, slowly at first,
+//     paced at 99% of that rate (a queue delays a request sent a little
+//     above it rather than refuse it), so that the limiter's burst is
+//     left for jitter, for twenty seconds; then the cap grows, slowly at first,
 //     to find out whether the limit was raised, and goes once it has
 //     doubled (thirty seconds after the last 429). Without such a
 //     measure, a 429 that gives no hint (no Retry-After, no exhausted

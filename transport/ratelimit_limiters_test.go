@@ -230,8 +230,6 @@ type simMiss struct {
 
 // simMisses are the rows of simRows that miss a target, by name.
 var simMisses = map[string]simMiss{
-	"nginx limit_req burst=5, Retry-After: 1 at 100 r/s": {
-		"the first second: the first 429's pause is held whole, then the drain measures the pace", 0.85, 3},
 	"nginx limit_req burst=5 nodelay at 20 r/s": {
 		"the first burst's 429s (about 19, nothing known yet) are 4.6% of attempts; the guess after them and the measure take one to three more", 0.95, 6},
 	"nginx limit_req burst=5 nodelay, Retry-After: 1 at 20 r/s": {
