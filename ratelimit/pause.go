@@ -41,17 +41,20 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.
 		}
 		// The pause has just ended: fix the spread once, sized for the
 		// requests it held.
-		// The sleepers, and the requests told to pause or the one
-		// asking: these are often one, the retry of a request told to
-		// pause, which would otherwise be counted twice and make the
-		// next request wait a slot for nobody.
-		// A request told to pause once the first ask's wait had passed
-		// (late) is most likely the retry of one of those responses,
-		// whose own wait ended just before the pause's (a later 429
-		// ends it later): it sleeps here and is counted in held, so it
-		// is counted once.
-		w := int(h.waiters.Load())
-		n := w + max(h.held-min(h.late, w), 1)
+		// The sleepers, the retries of the responses that asked for
+		// the pause not back yet, and the one asking. A retry back
+		// before the pause ended (late: told to wait for it once the
+		// first ask's own wait had passed, a later 429 having ended it
+		// later) sleeps here and is counted once. The one asking, when
+		// it did not wait, is most often the first retry to come back,
+		// which would otherwise be counted twice and make the next
+		// request wait a slot for nobody.
+		n := int(h.waiters.Load())
+		if back := max(h.held-h.late, 0); waited {
+			n += back + 1
+		} else {
+			n += max(back, 1)
+		}
 		d := time.Duration(float64(n) / h.releaseRate(set) * float64(time.Second))
 		d = min(d, maxOwnWait)
 		h.release = spread{of: h.pause, end: h.pause.Add(d), next: h.pause, interval: d / time.Duration(n)}
