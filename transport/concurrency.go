@@ -11,6 +11,7 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/internal/slots"
 	"github.com/sturdyhttp/sturdy/internal/stream"
+	"github.com/sturdyhttp/sturdy/internal/verdict"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -197,11 +198,12 @@ func concOutcome(req *http.Request, resp *http.Response, err error) policy.Concu
 
 // canceled reports whether an attempt that failed with err was
 // canceled, by its caller or for a hedge that won, rather than cut by a
-// deadline: a bound of New's ends its context with a cancel whose cause
-// is a [*DeadlineError], which is a timeout.
+// deadline, as [verdict.Canceled] says of its context: a bound of New's
+// ends its context with a cancel whose cause is a [*DeadlineError],
+// which is a timeout.
 func canceled(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
-		return !errors.Is(context.Cause(ctx), context.DeadlineExceeded)
+		return verdict.Canceled(ctx)
 	}
 	return errors.Is(err, context.Canceled)
 }

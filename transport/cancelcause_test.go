@@ -1,0 +1,229 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sturdyhttp/sturdy/httptestutil"
+	"github.com/sturdyhttp/sturdy/policy"
+)
+
+// errUserLeft is the cause a caller cancels its request with.
+var errUserLeft = errors.New("user left")
+
+// TestCallerCancelWithCause: a request its caller cancels mid-flight
+// with context.WithCancelCause ends as a plain cancel does, through a
+// stack with a low breaker threshold, outlier ejection over two
+// addresses and a concurrency limit, beside the bare net/http client.
+// The stack returns an error that matches the cause, as bare does; sends
+// the request once, not again; never counts it against the host (the
+// breaker stays closed, no address is ejected, the limit learns no
+// loss); and reports "canceled". A caller's own deadline with a cause
+// stays a deadline. A server that answers 503 the same number of times
+// opens the breaker and ejects an address: the thresholds are reached.
+func TestCallerCancelWithCause(t *testing.T) {
+	const ops = 4 // the breaker's threshold
+	for _, tc := range []struct {
+		name   string
+		method string
+		// ctx makes the request's context and the function that ends it.
+		ctx    func() (context.Context, func())
+		cancel bool // the caller ends it mid-flight, once the server has it
+		status int  // the server's answer when the caller does not end it
+		// wantIs is what the error of bare and of the stack matches.
+		wantIs     error
+		wantReason policy.Reason
+		wantOpen   bool
+		wantEject  bool
+	}{
+		{name: "cancel(nil)", method: http.MethodGet, cancel: true,
+			ctx: func() (context.Context, func()) {
+				ctx, cancel := context.WithCancelCause(context.Background())
+				return ctx, func() { cancel(nil) }
+			},
+			wantIs: context.Canceled, wantReason: policy.ReasonCanceled},
+		{name: "cancel(cause)", method: http.MethodGet, cancel: true,
+			ctx: func() (context.Context, func()) {
+				ctx, cancel := context.WithCancelCause(context.Background())
+				return ctx, func() { cancel(errUserLeft) }
+			},
+			wantIs: errUserLeft, wantReason: policy.ReasonCanceled},
+		{name: "cancel(cause) of a POST", method: http.MethodPost, cancel: true,
+			ctx: func() (context.Context, func()) {
+				ctx, cancel := context.WithCancelCause(context.Background())
+				return ctx, func() { cancel(errUserLeft) }
+			},
+			wantIs: errUserLeft, wantReason: policy.ReasonCanceled},
+		{name: "caller's deadline with a cause", method: http.MethodGet,
+			ctx: func() (context.Context, func()) {
+				ctx, cancel := context.WithTimeoutCause(context.Background(), time.Second, errUserLeft)
+				return ctx, cancel
+			},
+			wantIs: errUserLeft, wantReason: policy.ReasonDeadline},
+		{name: "server answers 503", method: http.MethodPost, status: http.StatusServiceUnavailable,
+			ctx:        func() (context.Context, func()) { return context.Background(), func() {} },
+			wantReason: policy.ReasonNotSafe, wantOpen: true, wantEject: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := httptestutil.NewNetwork()
+				var hits atomic.Int64
+				arrived := make(chan struct{}, 1)
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					hits.Add(1)
+					io.Copy(io.Discard, r.Body) // read whole: net/http then sees the client go
+					if tc.status != 0 {
+						w.WriteHeader(tc.status)
+						return
+					}
+					arrived <- struct{}{}
+					<-r.Context().Done() // the client went away
+				})
+				// The stack sends to the host's two addresses; bare, which
+				// resolves nothing, to its name.
+				addrs := []string{"10.0.0.1", "10.0.0.2"}
+				var srvs []*httptestutil.Server
+				for _, a := range append(addrs, "api.test") {
+					srvs = append(srvs, n.Serve(a+":80", h))
+				}
+				base := n.Transport()
+				t.Cleanup(func() {
+					base.CloseIdleConnections()
+					for _, s := range srvs {
+						s.Close()
+					}
+				})
+
+				var mu sync.Mutex
+				var giveUps []policy.Reason
+				var retries, ejections, lowered int
+				breakers := NewBreakers(BreakerSettings{ConsecutiveFailures: ops, Cooldown: time.Hour})
+				stack := &http.Client{Transport: New(Options{
+					Base:        base,
+					Retry:       policy.Retry{MaxAttempts: 3, Backoff: constant(10 * time.Millisecond)},
+					Breakers:    breakers,
+					Concurrency: &policy.Concurrency{},
+					Endpoints: Endpoints{PerAddress: true,
+						LookupHost: func(context.Context, string) ([]string, error) { return addrs, nil },
+						Outlier:    policy.Outlier{ConsecutiveFailures: 2}},
+					Hooks: Hooks{
+						OnGiveUp: func(e policy.GiveUpEvent) { mu.Lock(); giveUps = append(giveUps, e.Reason); mu.Unlock() },
+						OnRetry:  func(policy.RetryEvent) { mu.Lock(); retries++; mu.Unlock() },
+						OnEject:  func(EjectionEvent) { mu.Lock(); ejections++; mu.Unlock() },
+						OnConcurrencyChange: func(e ConcurrencyEvent) {
+							if e.Limit < e.From {
+								mu.Lock()
+								lowered++
+								mu.Unlock()
+							}
+						},
+					},
+				})}
+				bare := &http.Client{Transport: base}
+
+				// do sends one operation through c, ending it as the row
+				// says, and returns its outcome and how often the server
+				// had it.
+				do := func(c *http.Client) (*http.Response, error, int64) {
+					t.Helper()
+					before := hits.Load()
+					ctx, end := tc.ctx()
+					defer end()
+					req, err := http.NewRequestWithContext(ctx, tc.method, "http://api.test/", strings.NewReader("x"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					type outcome struct {
+						resp *http.Response
+						err  error
+					}
+					got := make(chan outcome, 1)
+					go func() {
+						resp, err := c.Do(req)
+						got <- outcome{resp, err}
+					}()
+					if tc.status == 0 {
+						<-arrived // mid-flight: the server has the request
+						if tc.cancel {
+							end()
+						}
+					}
+					o := <-got
+					if o.resp != nil {
+						readAll(t, o.resp)
+					}
+					synctest.Wait() // the handler has seen the client go
+					return o.resp, o.err, hits.Load() - before
+				}
+
+				for i := range ops {
+					bresp, berr, bhits := do(bare)
+					resp, err, shits := do(stack)
+					if tc.wantIs != nil {
+						if !errors.Is(berr, tc.wantIs) {
+							t.Fatalf("op %d: bare: err = %v, want one matching %v", i, berr, tc.wantIs)
+						}
+						if !errors.Is(err, tc.wantIs) {
+							t.Fatalf("op %d: stack: err = %v, want one matching %v, as bare", i, err, tc.wantIs)
+						}
+						var re *RetryError
+						if !errors.As(err, &re) {
+							t.Fatalf("op %d: stack: err = %v, want a *RetryError", i, err)
+						}
+						if got, want := re.Reason, tc.wantReason; got != want {
+							t.Errorf("op %d: RetryError.Reason = %q, want %q (%v)", i, got, want, err)
+						}
+					} else {
+						if berr != nil || err != nil {
+							t.Fatalf("op %d: bare err = %v, stack err = %v, want none", i, berr, err)
+						}
+						if got, want := resp.StatusCode, bresp.StatusCode; got != want {
+							t.Fatalf("op %d: stack status %d, want %d, as bare", i, got, want)
+						}
+						op, _ := OperationOf(resp)
+						if got, want := op.Reason, tc.wantReason; got != want {
+							t.Errorf("op %d: OperationOf(resp).Reason = %q, want %q", i, got, want)
+						}
+					}
+					if bhits != 1 || shits != 1 {
+						t.Errorf("op %d: the server had the request %d times from bare, %d from the stack; want 1 and 1", i, bhits, shits)
+					}
+				}
+
+				mu.Lock()
+				defer mu.Unlock()
+				if retries != 0 {
+					t.Errorf("%d retries, want none", retries)
+				}
+				if len(giveUps) != ops {
+					t.Errorf("OnGiveUp called %d times, want %d", len(giveUps), ops)
+				}
+				for i, r := range giveUps {
+					if r != tc.wantReason {
+						t.Errorf("OnGiveUp %d: Reason = %q, want %q", i, r, tc.wantReason)
+					}
+				}
+				u, _ := url.Parse("http://api.test/")
+				if got, want := breakers.State(u) == BreakerOpen, tc.wantOpen; got != want {
+					t.Errorf("after %d operations the breaker is %v; want open: %v", ops, breakers.State(u), want)
+				}
+				if got, want := ejections > 0, tc.wantEject; got != want {
+					t.Errorf("%d ejections; want some: %v", ejections, want)
+				}
+				if tc.cancel && lowered != 0 {
+					t.Errorf("the concurrency limit was lowered %d times by canceled requests, want never", lowered)
+				}
+				stack.CloseIdleConnections()
+			})
+		})
+	}
+}
