@@ -227,3 +227,89 @@ func TestCallerCancelWithCause(t *testing.T) {
 		})
 	}
 }
+
+// TestCallerCancelWithCauseBetweenAttempts: an operation its caller
+// cancels between attempts, with a cause or without, ends "canceled": in
+// the wait before a retry, the error matches the cause; as a 503
+// arrives, the 503 is handed back and [OperationOf] says why it was not
+// retried. The bare client, beside, gets the 503 once; the stack sends
+// the request once too.
+func TestCallerCancelWithCauseBetweenAttempts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cause error // cancel's; nil: a plain cancel
+		// inWait: the caller cancels in the wait before the retry (at
+		// OnRetry); else as the 503 arrives (at OnAttempt).
+		inWait bool
+		wantIs error
+	}{
+		{"in the wait, cancel(nil)", nil, true, context.Canceled},
+		{"in the wait, cancel(cause)", errUserLeft, true, errUserLeft},
+		{"as the 503 arrives, cancel(nil)", nil, false, nil},
+		{"as the 503 arrives, cancel(cause)", errUserLeft, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var hits atomic.Int64
+				env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					hits.Add(1)
+					w.WriteHeader(http.StatusServiceUnavailable)
+				}))
+				ctx, cancel := context.WithCancelCause(context.Background())
+				defer cancel(nil)
+				var giveUps []policy.Reason
+				end := func() { cancel(tc.cause) }
+				hooks := Hooks{OnGiveUp: func(e policy.GiveUpEvent) { giveUps = append(giveUps, e.Reason) }}
+				if tc.inWait {
+					hooks.OnRetry = func(policy.RetryEvent) { end() }
+				} else {
+					hooks.OnAttempt = func(policy.AttemptEvent) { end() }
+				}
+				stack := &http.Client{Transport: New(Options{Base: env.base, Hooks: hooks,
+					Retry: policy.Retry{MaxAttempts: 3, Backoff: constant(10 * time.Second)}})}
+				bare := &http.Client{Transport: env.base}
+
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.url, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bresp, err := bare.Get(env.url)
+				if err != nil {
+					t.Fatalf("bare: %v", err)
+				}
+				readAll(t, bresp)
+				if got := hits.Load(); got != 1 {
+					t.Fatalf("bare: the server had the request %d times, want 1", got)
+				}
+				resp, err := stack.Do(req)
+				if got := hits.Load() - 1; got != 1 {
+					t.Errorf("stack: the server had the request %d times, want 1", got)
+				}
+				if tc.wantIs != nil {
+					var re *RetryError
+					if !errors.Is(err, tc.wantIs) || !errors.As(err, &re) {
+						t.Fatalf("stack: err = %v, want a *RetryError matching %v", err, tc.wantIs)
+					}
+					if got, want := re.Reason, policy.ReasonCanceled; got != want {
+						t.Errorf("RetryError.Reason = %q, want %q", got, want)
+					}
+				} else {
+					if err != nil {
+						t.Fatalf("stack: err = %v, want the 503, as bare", err)
+					}
+					readAll(t, resp)
+					if got, want := resp.StatusCode, bresp.StatusCode; got != want {
+						t.Errorf("stack: status %d, want %d, as bare", got, want)
+					}
+					if op, _ := OperationOf(resp); op.Reason != policy.ReasonCanceled {
+						t.Errorf("OperationOf(resp).Reason = %q, want %q", op.Reason, policy.ReasonCanceled)
+					}
+				}
+				if len(giveUps) != 1 || giveUps[0] != policy.ReasonCanceled {
+					t.Errorf("OnGiveUp reasons %q, want [%q]", giveUps, policy.ReasonCanceled)
+				}
+				stack.CloseIdleConnections()
+			})
+		})
+	}
+}
