@@ -313,3 +313,95 @@ func TestCallerCancelWithCauseBetweenAttempts(t *testing.T) {
 		})
 	}
 }
+
+// TestHedgeCallerCancelWithCause: a hedged GET whose caller cancels it
+// with a cause while both copies are in flight ends as the bare client's
+// does, with an error matching the cause, reported "canceled"; neither
+// copy counts against the host (a breaker whose threshold the copies
+// would pass stays closed), none is retried, and no third copy is sent.
+func TestHedgeCallerCancelWithCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ops = 3
+		var hits atomic.Int64
+		arrived := make(chan struct{}, 2)
+		env := newFakeEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			arrived <- struct{}{}
+			<-r.Context().Done()
+		}))
+		var mu sync.Mutex
+		var giveUps []policy.Reason
+		var retries, canceledCopies int
+		breakers := NewBreakers(BreakerSettings{ConsecutiveFailures: ops, Cooldown: time.Hour})
+		stack := &http.Client{Transport: New(Options{
+			Base:     env.base,
+			Retry:    policy.Retry{MaxAttempts: 3, Backoff: constant(10 * time.Millisecond)},
+			Hedge:    &policy.Hedge{Delay: 100 * time.Millisecond, MaxHedges: 2},
+			Breakers: breakers,
+			Hooks: Hooks{
+				OnGiveUp:       func(e policy.GiveUpEvent) { mu.Lock(); giveUps = append(giveUps, e.Reason); mu.Unlock() },
+				OnRetry:        func(policy.RetryEvent) { mu.Lock(); retries++; mu.Unlock() },
+				OnCopyCanceled: func(policy.HedgeEvent) { mu.Lock(); canceledCopies++; mu.Unlock() },
+			},
+		})}
+		bare := &http.Client{Transport: env.base}
+		do := func(c *http.Client, copies int) (error, int64) {
+			t.Helper()
+			before := hits.Load()
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				resp, err := c.Do(req)
+				if resp != nil {
+					resp.Body.Close()
+				}
+				got <- err
+			}()
+			for range copies {
+				<-arrived
+			}
+			cancel(errUserLeft)
+			err = <-got
+			synctest.Wait()
+			return err, hits.Load() - before
+		}
+		for i := range ops {
+			if err, n := do(bare, 1); !errors.Is(err, errUserLeft) || n != 1 {
+				t.Fatalf("op %d: bare: err = %v, sent %d times; want the cause, once", i, err, n)
+			}
+			err, n := do(stack, 2) // the first copy and one hedge
+			var re *RetryError
+			if !errors.Is(err, errUserLeft) || !errors.As(err, &re) {
+				t.Fatalf("op %d: stack: err = %v, want a *RetryError matching the cause", i, err)
+			}
+			if re.Reason != policy.ReasonCanceled {
+				t.Errorf("op %d: RetryError.Reason = %q, want %q", i, re.Reason, policy.ReasonCanceled)
+			}
+			if n != 2 {
+				t.Errorf("op %d: the server had %d copies, want 2", i, n)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if retries != 0 || canceledCopies != 0 {
+			t.Errorf("%d retries and %d copies canceled for a winner, want none", retries, canceledCopies)
+		}
+		for i, r := range giveUps {
+			if r != policy.ReasonCanceled {
+				t.Errorf("OnGiveUp %d: Reason = %q, want %q", i, r, policy.ReasonCanceled)
+			}
+		}
+		if len(giveUps) != ops {
+			t.Errorf("OnGiveUp called %d times, want %d", len(giveUps), ops)
+		}
+		if u, _ := url.Parse(env.url); breakers.State(u) != BreakerClosed {
+			t.Errorf("after %d canceled hedged operations (%d copies) the breaker is %v, want closed", ops, 2*ops, breakers.State(u))
+		}
+		stack.CloseIdleConnections()
+	})
+}
