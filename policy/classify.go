@@ -39,9 +39,10 @@ type Outcome struct {
 	CallerEnded bool
 	// Canceled reports that the attempt's context had been canceled, not
 	// cut by a deadline: by the caller, with or without a cause
-	// ([context.WithCancelCause]), or for a hedge copy that lost. It
-	// implies CallerEnded. net/http then returns the cancel's cause, not
-	// [context.Canceled]: this field says what the error cannot.
+	// ([context.WithCancelCause]), or for a hedge copy that lost. net/http
+	// then returns the cancel's cause, not [context.Canceled]: this field
+	// says what the error cannot. Such an outcome is no loss and is not
+	// retried.
 	Canceled bool
 	// Now is the time the outcome was seen, for Retry-After dates.
 	Now time.Time
