@@ -236,7 +236,8 @@ func classifyError(o Outcome) Decision {
 // canceled reports whether o's attempt was canceled: o.Canceled says
 // so, or its error is [context.Canceled], a cancel without a cause, for
 // an outcome whose maker did not say. It is the one test of a cancel
-// for [Judge], the classifier, [Retry.Next] and [FailsOver].
+// for [Judge], the classifier and [FailsOver]; [Retry.Next] reads
+// o.Canceled beside the operation's cause.
 func (o *Outcome) canceled() bool { return o.Canceled || errors.Is(o.Err, context.Canceled) }
 
 func isCertError(err error) bool {
