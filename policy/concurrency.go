@@ -146,13 +146,14 @@ const (
 // multiple goroutines; [ConcurrencyLimit.Acquire] and
 // [ConcurrencyLimit.Release] take no lock unless a window ends.
 type ConcurrencyLimit struct {
-	word     atomic.Uint64
-	limit    atomic.Int64
-	windowAt atomic.Int64  // when the window may end, in nanoseconds since epoch
-	lastAt   atomic.Int64  // when it ends with fewer than minSamples
-	peak     atomic.Int64  // most requests in flight at once in the window
-	pressed  atomic.Bool   // a request found the limit full in the window
-	sparse   atomic.Uint64 // one attempt in sparse+1 is timed: a mask of the ticket
+	word    atomic.Uint64
+	limit   atomic.Int64
+	startAt atomic.Int64  // when the window started, in nanoseconds since epoch
+	width   atomic.Int64  // how long it lasts at the least, in nanoseconds
+	half    atomic.Int64  // in flight at once that shows the limit is used: half the exact limit, rounded up
+	busy    atomic.Bool   // as many as half were in flight at once in the window
+	pressed atomic.Bool   // a request found the limit full in the window
+	sparse  atomic.Uint64 // one attempt in sparse+1 is timed: a mask of the ticket
 
 	mu      sync.Mutex // held while a window ends and while a loss is counted
 	c       Concurrency
@@ -170,8 +171,8 @@ func (c *Concurrency) NewLimit(now time.Time) *ConcurrencyLimit {
 	l := &ConcurrencyLimit{c: c.normal(), epoch: now, ref: noReference, calmMin: noReference}
 	l.exact = float64(l.c.Initial)
 	l.limit.Store(int64(l.c.Initial))
-	l.windowAt.Store(minWindowNS)
-	l.lastAt.Store(maxWindowNS)
+	l.half.Store(int64(math.Ceil(l.exact / 2)))
+	l.width.Store(minWindowNS)
 	return l
 }
 
@@ -273,8 +274,8 @@ func (l *ConcurrencyLimit) Release(now time.Time, rtt time.Duration, o Concurren
 		}
 		u = min(u, maxSample)
 		w = l.word.Add(u<<sumShift + releaseOne)
-		if p := int64(w&flightMask) + 1; p > l.peak.Load() {
-			l.peak.Store(p)
+		if int64(w&flightMask)+1 >= l.half.Load() && !l.busy.Load() {
+			l.busy.Store(true) // once a window: a store per rise of a peak would be a locked write on the success path
 		}
 	case ConcurrencyLoss:
 		l.word.Add(^uint64(0))
@@ -320,7 +321,11 @@ func (l *ConcurrencyLimit) Reference() time.Duration {
 // minSamples of them, so that one slow request of a host whose requests
 // differ is not a trend; or has lasted maxWindowNS; or has maxSamples.
 func (l *ConcurrencyLimit) due(t int64, n uint64) bool {
-	return n >= maxSamples || t >= l.windowAt.Load() && (n >= minSamples || t >= l.lastAt.Load())
+	if n >= maxSamples {
+		return true
+	}
+	age := t - l.startAt.Load()
+	return age >= l.width.Load() && (n >= minSamples || age >= maxWindowNS)
 }
 
 // endWindow ends the window at t (since epoch) when it is due, and moves
@@ -337,10 +342,14 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 			break
 		}
 	}
-	losses, pressed, peak := l.losses, l.pressed.Load(), l.peak.Load()
+	losses, pressed, busy := l.losses, l.pressed.Load(), l.busy.Load()
 	l.losses = 0
-	l.pressed.Store(false)
-	l.peak.Store(0)
+	if pressed { // a store only when it changes: each is a locked write
+		l.pressed.Store(false)
+	}
+	if busy {
+		l.busy.Store(false)
+	}
 
 	from = int(l.limit.Load())
 	var mean int64
@@ -355,14 +364,19 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 	case count > 0:
 		g := min(1, max(0.5, c.Tolerance*float64(l.ref)/float64(mean)))
 		target := l.exact * g
-		if pressed || float64(peak) >= l.exact/2 {
+		if pressed || busy {
 			target += math.Sqrt(l.exact)
 		}
 		l.exact = 0.8*l.exact + 0.2*target
 	}
 	l.exact = min(max(l.exact, float64(c.Min)), float64(c.Max))
 	to = int(math.Round(l.exact))
-	l.limit.Store(int64(to))
+	if to != from {
+		l.limit.Store(int64(to))
+	}
+	if h := int64(math.Ceil(l.exact / 2)); h != l.half.Load() {
+		l.half.Store(h)
+	}
 
 	// Time one attempt in more when the window had many samples, in
 	// fewer when it had few: between 16 and 64 samples a window.
@@ -376,8 +390,10 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 	if l.ref != noReference {
 		width = min(max(2*l.ref, minWindowNS), maxWindowNS)
 	}
-	l.windowAt.Store(t + width)
-	l.lastAt.Store(t + max(width, maxWindowNS))
+	l.startAt.Store(t)
+	if width != l.width.Load() {
+		l.width.Store(width)
+	}
 	return to != from, from, to
 }
 
