@@ -56,7 +56,7 @@ type fleetPlace struct {
 func (w *waiter) fleetTake(res *Reservation) error {
 	now := time.Now()
 	var maxWait time.Duration // no wait allowed
-	if limit, strict, ok := w.budget(); ok {
+	if limit, strict, ok := w.budget(false); ok {
 		if maxWait = limit.Sub(now); strict {
 			maxWait-- // must end before the deadline
 		}

@@ -341,8 +341,11 @@ func newParts(o Options) *parts {
 	if on := o.Disable & (LayerRetry | LayerRateLimit); on == 0 {
 		// One limit on a server-asked wait, for the request that got the
 		// ask and those its host holds after it (policy.ServerWait).
-		lim := policy.ServerWaitLimit(o.Retry.MaxRetryAfter, o.RateLimit.MaxWait)
-		o.Retry.MaxRetryAfter, o.RateLimit.MaxWait = lim, lim
+		// MaxWait keeps bounding the client-side limiter on its own: a
+		// cap on what servers may ask does not fail the caller's rate.
+		lim := policy.ServerWaitLimit(o.Retry.MaxRetryAfter, o.RateLimit.MaxServerWait)
+		lim = policy.ServerWaitLimit(lim, o.RateLimit.MaxWait)
+		o.Retry.MaxRetryAfter, o.RateLimit.MaxServerWait = lim, lim
 	}
 	p := &parts{o: o, reg: hosts.New(hosts.Options{MaxHosts: o.RateLimit.MaxHosts}), limit: o.Timeout, idle: o.IdleTimeout}
 	if p.limit == 0 {
