@@ -47,7 +47,9 @@ func Deadline(d time.Duration) Middleware {
 // or IdleTimeout of [New]. [context.Cause] of the request's context gives
 // it too. It matches [context.DeadlineExceeded] with errors.Is, and its
 // Timeout method reports true. A [Breaker] counts it as a failure of the
-// host, unlike the caller's own deadline.
+// host, unlike the caller's own deadline. When the bound ended a wait for
+// a [Concurrency] slot, it says which limit, and matches
+// [ErrConcurrencyLimit] too: errors.As finds the [*ConcurrencyLimitError].
 type DeadlineError struct {
 	// Bound names the bound: "Timeout", "AttemptTimeout" or
 	// "IdleTimeout" for those of [New], empty for a [Deadline].
