@@ -52,7 +52,9 @@ type fleetPlace struct {
 // the store says, within the same budget as every other wait: a wait that
 // cannot end in time is not started, and the request fails at once with
 // a [*QuotaError]. A store that cannot be reached answers with its own
-// fallback wait; the request is never failed for that.
+// fallback wait; the request is never failed for that. The budget is
+// MaxWait's: the store's wait may be a place in the fleet's rate, which
+// no server asked for, and Take does not say whether it is one or a pause.
 func (w *waiter) fleetTake(res *Reservation) error {
 	now := time.Now()
 	var maxWait time.Duration // no wait allowed
