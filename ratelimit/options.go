@@ -53,8 +53,9 @@ type Options struct {
 	// MaxServerWait is the longest a request waits for what a server
 	// asked: a pause (a Retry-After) or a spent quota's reset. A request
 	// that would wait longer fails at once with a [*QuotaError]. It
-	// bounds those waits within MaxWait, never the client-side limiter's
-	// or the Tracker's own pacing. Zero means MaxWait alone; negative
+	// bounds those waits within MaxWait, never the client-side limiter's,
+	// the Tracker's own pacing, or a Store's (which may be a place in
+	// the fleet's rate). Zero means MaxWait alone; negative
 	// means no server-asked wait is waited for. It is the Limit of
 	// policy.ServerWait: transport.New makes it the same as the stack's
 	// Retry.MaxRetryAfter (the shortest of MaxRetryAfter, MaxServerWait
