@@ -55,8 +55,8 @@ type Options struct {
 	// that would wait longer fails at once with a [*QuotaError]. It
 	// bounds those waits within MaxWait, never the client-side limiter's,
 	// the Tracker's own pacing, or a Store's (which may be a place in
-	// the fleet's rate). Zero means MaxWait alone; negative
-	// means no server-asked wait is waited for. It is the Limit of
+	// the fleet's rate). Zero means MaxWait alone; negative means no
+	// server-asked wait is waited for. It is the Limit of
 	// policy.ServerWait: transport.New makes it the same as the stack's
 	// Retry.MaxRetryAfter (the shortest of MaxRetryAfter, MaxServerWait
 	// and MaxWait that are set), so that the request that got an ask and
