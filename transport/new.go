@@ -156,7 +156,9 @@ type Options struct {
 	// RateLimit configures how server quotas are honoured; see
 	// [ratelimit.Options] for its defaults. Its MaxHosts also bounds the
 	// one table that holds every layer's per-host state. Zero MaxHosts
-	// means 10,000 hosts here.
+	// means 10,000 hosts here. Its MaxServerWait is made the same as
+	// Retry.MaxRetryAfter (see policy.ServerWaitLimit); its MaxWait, the
+	// bound of the client-side rate, is kept as set.
 	RateLimit ratelimit.Options
 
 	// Idempotency configures the idempotency keys; see
