@@ -80,7 +80,9 @@ var ErrNotReplicated = errors.New("fleet: idempotency lock not acknowledged by t
 // IdempotencyStore is an [idempotency.Store] on Redis, for
 // [idempotency.Handler]s on many servers that must run each keyed request
 // once between them. Each method is one Lua script, so one round trip,
-// on the keys of one hash tag:
+// on the keys of one hash tag (on a Redis Cluster with the default
+// Replicas, the store also reads the cluster's topology, at most once a
+// second):
 //
 //	<prefix>:idem:{<key>}               hash: fp, tok (while in flight), resp (once completed; empty when not kept), ctok (the token that completed it)
 //	<prefix>:idem:{<key>}:gone:<token>  string: a Begin that got no answer, for the lock TTL (none when <key> starts with '}')
