@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -171,9 +172,14 @@ const topologyTTL = time.Second
 
 // topology is what a store last read of its cluster's shards.
 type topology struct {
-	mu     sync.Mutex
-	at     time.Time // when shards was read
-	shards []shard
+	mu   sync.Mutex // held to read it
+	last atomic.Pointer[shards]
+}
+
+// shards is the cluster's shards, as read at a time.
+type shards struct {
+	at   time.Time
+	list []shard
 }
 
 // shard is a range of slots, and how many replicas its primary has.
@@ -192,28 +198,43 @@ func (s *IdempotencyStore) waitFor(ctx context.Context, rk string, stale bool) (
 	}
 	cmd := s.client.B().Arbitrary("CLUSTER", "NODES").Build().SetSlot(rk)
 	slot := cmd.Slot()
-	t := &s.topo
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.shards == nil || time.Since(t.at) >= topologyTTL {
-		text, err := s.client.Do(ctx, cmd).ToString()
-		var shards []shard
-		if err == nil {
-			shards, err = parseClusterNodes(text)
-		}
-		switch {
-		case err == nil:
-			t.shards, t.at = shards, time.Now()
-		case !stale || t.shards == nil:
+	last := s.topo.last.Load()
+	if last == nil || time.Since(last.at) >= topologyTTL {
+		var err error
+		if last, err = s.readTopology(ctx, cmd); err != nil && (!stale || last == nil) {
 			return 0, fmt.Errorf("cluster topology: %w", err)
 		}
 	}
-	for _, sh := range t.shards {
+	for _, sh := range last.list {
 		if sh.lo <= slot && slot <= sh.hi {
 			return min(sh.replicas, 1), nil
 		}
 	}
 	return 0, fmt.Errorf("cluster topology: no primary serves slot %d", slot)
+}
+
+// readTopology reads the cluster's shards with cmd (CLUSTER NODES), one
+// call at a time: a call that finds a topology read while it waited uses
+// it. On an error, it returns the error and the last topology read, if
+// any.
+func (s *IdempotencyStore) readTopology(ctx context.Context, cmd rueidis.Completed) (*shards, error) {
+	t := &s.topo
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if last := t.last.Load(); last != nil && time.Since(last.at) < topologyTTL {
+		return last, nil
+	}
+	text, err := s.client.Do(ctx, cmd).ToString()
+	var list []shard
+	if err == nil {
+		list, err = parseClusterNodes(text)
+	}
+	if err != nil {
+		return t.last.Load(), err
+	}
+	last := &shards{at: time.Now(), list: list}
+	t.last.Store(last)
+	return last, nil
 }
 
 // parseClusterNodes reads the answer of CLUSTER NODES: a line per node,
