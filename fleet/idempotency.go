@@ -65,8 +65,8 @@ type IdempotencyOptions struct {
 	//
 	// So a replica configured but down refuses every key of its shard
 	// until it is back or removed from the cluster (CLUSTER FORGET), and a
-	// Begin that cannot read the cluster's topology fails as one that
-	// cannot reach Redis. Negative means none: at most once then holds
+	// Begin that cannot read the cluster's topology (its Redis user needs
+	// CLUSTER NODES) fails as one that cannot reach Redis. Negative means none: at most once then holds
 	// only while the primary does not fail over. Run at least two replicas
 	// per primary, so that a promoted primary keeps one to acknowledge.
 	Replicas int
