@@ -187,8 +187,12 @@ func concOutcome(req *http.Request, resp *http.Response, err error) policy.Concu
 		if !policy.StatusAccepted(resp.StatusCode) { // a 5xx or a 429
 			return policy.ConcurrencyLoss
 		}
-		if _, ok := resp.Body.(*stream.Ahead); ok {
-			return policy.ConcurrencyUntimed // a stream held to its first event: its wait is the model's, not the host's load
+		if stream.Is(resp) {
+			// A stream's wait (to its first event, with a FirstEvent
+			// beneath) is the model's, not the host's load. Told by its
+			// media type, not by what a layer beneath made of its body,
+			// which a RoundTripper between them may wrap.
+			return policy.ConcurrencyUntimed
 		}
 		return policy.ConcurrencyServed
 	}
