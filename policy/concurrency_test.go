@@ -390,6 +390,16 @@ func TestConcurrencyLimitDoublesWhileTheHostKeepsUp(t *testing.T) {
 	}
 }
 
+// waitCase is a call of [ConcurrencyLimit.Wait] and what it returns.
+type waitCase struct {
+	name        string
+	waiting     int
+	left        time.Duration
+	hasDeadline bool
+	want        time.Duration
+	wantOK      bool
+}
+
 // TestConcurrencyLimitWaitsWhileTheHostKeepsUp: a request that finds the
 // limit full waits as long as its operation's time allows while the host
 // has shown no strain (the limit is what is short), and for one healthy
@@ -397,26 +407,12 @@ func TestConcurrencyLimitDoublesWhileTheHostKeepsUp(t *testing.T) {
 func TestConcurrencyLimitWaitsWhileTheHostKeepsUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := (&Concurrency{Initial: 4}).NewLimit(time.Now())
-		tests := []struct {
-			name        string
-			waiting     int
-			left        time.Duration
-			hasDeadline bool
-			want        time.Duration
-			wantOK      bool
-		}{
+		tests := []waitCase{
 			{"no strain, a deadline", 100, 2 * time.Second, true, 2 * time.Second, true},
 			{"no strain, no deadline", 100, 0, false, 10 * time.Second, true},
 			{"no strain, waiters past Max", DefaultConcurrencyMax, time.Second, true, 0, false},
 		}
-		check := func(tests []struct {
-			name        string
-			waiting     int
-			left        time.Duration
-			hasDeadline bool
-			want        time.Duration
-			wantOK      bool
-		}) {
+		check := func(tests []waitCase) {
 			t.Helper()
 			for _, tt := range tests {
 				d, ok := l.Wait(tt.waiting, tt.left, tt.hasDeadline)
@@ -442,14 +438,7 @@ func TestConcurrencyLimitWaitsWhileTheHostKeepsUp(t *testing.T) {
 			t.Fatal("eager after a window of losses, want not")
 		}
 		ref := l.Reference()
-		check([]struct {
-			name        string
-			waiting     int
-			left        time.Duration
-			hasDeadline bool
-			want        time.Duration
-			wantOK      bool
-		}{
+		check([]waitCase{
 			{"strained, a deadline", 0, 2 * time.Second, true, ref, true},
 			{"strained, waiters as many as the limit", l.Limit(), 2 * time.Second, true, 0, false},
 		})
