@@ -47,11 +47,11 @@ const MaxConcurrencyLimit = 4000
 //     So latency past Tolerance times the healthy level lowers the limit,
 //     and a limit that is not used never grows.
 //   - While the host keeps up (no window with a loss or a gradient under
-//     1 for Healthy, or ever), a window in which a request found the
-//     limit full and whose mean stayed within half the tolerance of the
-//     reference doubles the limit instead. A strain in the next window
-//     undoes the doubling, and none is tried again until the host has
-//     kept up for Healthy.
+//     1 for Healthy, or ever), the second window in a row in which a
+//     request found the limit full and whose mean stayed within half the
+//     tolerance of the reference doubles the limit instead. A strain in
+//     the next window undoes the doubling, and none is tried again until
+//     the host has kept up for Healthy.
 //   - Outcomes that say nothing of the host (a cancel, a hedge that lost,
 //     a layer's refusal) are not counted at all. A stream
 //     ([ConcurrencyUntimed]) counts as an outcome with no latency.
@@ -172,6 +172,7 @@ type ConcurrencyLimit struct {
 	losses   int     // in the window
 	strained int64   // when a window last had a loss or a latency past Tolerance; noStrain: never
 	grew     float64 // the limit before the last window's doubling; 0: the last window did not double it
+	short    int     // windows in a row in which the limit was short and the host kept up
 	ref      int64   // the healthy latency, in nanoseconds
 	calm     int64   // the start of the current calm (no loss, limit not full)
 	calmMin  int64   // the lowest window mean in the calm
@@ -317,6 +318,11 @@ func (l *ConcurrencyLimit) Release(now time.Time, rtt time.Duration, o Concurren
 	return l.endWindow(t)
 }
 
+// Eager reports whether the host has kept up (no strain for Healthy, or
+// ever), so that a request that finds the limit full may wait as long as
+// its operation's time allows (see [ConcurrencyLimit.Wait]).
+func (l *ConcurrencyLimit) Eager() bool { return l.eager.Load() }
+
 // Limit returns the limit now.
 func (l *ConcurrencyLimit) Limit() int { return int(l.limit.Load()) }
 
@@ -378,6 +384,7 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 	if count > 0 {
 		mean = int64(sum/count) * int64(sumUnit)
 	}
+	known := l.ref != noReference // before this window: a first window's mean is its own reference
 	l.learnReference(t, mean, losses > 0 || pressed)
 	c := &l.c
 	g := 1.0 // a window of streams alone says nothing of latency
@@ -393,14 +400,23 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 	}
 	eager := t-l.strained >= c.Healthy.Nanoseconds()
 	l.grew = 0
+	// The limit is short and the host keeps up: no strain for Healthy,
+	// requests found the limit full, and the latency stayed within half
+	// the tolerance of the healthy one (a window of streams alone has
+	// none to judge).
+	if eager && pressed && losses == 0 &&
+		(count == 0 && untimed > 0 || count > 0 && known && float64(mean) <= float64(l.ref)*(1+(c.Tolerance-1)/2)) {
+		l.short++
+	} else {
+		l.short = 0
+	}
 	switch {
 	case losses > 0:
 		l.exact *= c.Backoff
-	case eager && pressed && (untimed > 0 || count > 0 && float64(mean) <= float64(l.ref)*(1+(c.Tolerance-1)/2)):
-		// No strain for Healthy, requests found the limit full, and the
-		// latency stayed within half the tolerance of the healthy one:
-		// the limit is what is short. Double it; a strain in the next
-		// window undoes the doubling.
+	case l.short >= 2:
+		// Two such windows in a row (one could straddle the start of an
+		// overload): double the limit; a strain in the next window
+		// undoes the doubling.
 		l.grew = l.exact
 		l.exact *= 2
 	case count > 0 || untimed > 0:

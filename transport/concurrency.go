@@ -224,25 +224,35 @@ func (t *concurrencyTransport) wait(req *http.Request, h *slots.Host) error {
 	now := time.Now()
 	dl, hasDeadline := deadlineOf(ctx) // New's Timeout included
 	d, ok := h.Lim.Wait(h.Waiting(), dl.Sub(now), hasDeadline)
-	if !ok {
-		return t.refuse(req, h, 0, nil)
+	for {
+		if !ok {
+			return t.refuse(req, h, time.Since(now), nil)
+		}
+		got, done, again := h.Wait(ctx, d)
+		if got {
+			return nil
+		}
+		if !again {
+			waited := time.Since(now)
+			switch {
+			case done == nil && hasDeadline && time.Until(dl) <= h.Lim.Reference():
+				// The operation has no time left for an attempt: its time ran
+				// out while it waited.
+				return t.refuse(req, h, waited, context.DeadlineExceeded)
+			case done == nil:
+				return t.refuse(req, h, waited, nil)
+			case errors.Is(done, context.DeadlineExceeded):
+				return t.refuse(req, h, waited, done)
+			}
+			return done // canceled by the caller: not a refusal
+		}
+		// The host strained while the request waited as the rule for a
+		// host that keeps up allows: it may wait on only as long as the
+		// rule for a strained host allows, counting what it waited.
+		d, ok = h.Lim.Wait(h.Waiting(), time.Until(dl), hasDeadline)
+		d = min(d, h.Lim.Reference()-time.Since(now))
+		ok = ok && d > 0
 	}
-	got, done := h.Wait(ctx, d)
-	if got {
-		return nil
-	}
-	waited := time.Since(now)
-	switch {
-	case done == nil && hasDeadline && time.Until(dl) <= h.Lim.Reference():
-		// The operation has no time left for an attempt: its time ran
-		// out while it waited.
-		return t.refuse(req, h, waited, context.DeadlineExceeded)
-	case done == nil:
-		return t.refuse(req, h, waited, nil)
-	case errors.Is(done, context.DeadlineExceeded):
-		return t.refuse(req, h, waited, done)
-	}
-	return done // canceled by the caller: not a refusal
 }
 
 // refuse returns the error of req refused by h's limit, and reports it.
