@@ -444,3 +444,50 @@ func TestConcurrencyLimitWaitsWhileTheHostKeepsUp(t *testing.T) {
 		})
 	})
 }
+
+// TestConcurrencyLimitDoublesOnlyOnLatencyThatKeptUp: pressed windows
+// whose latency rose past half the tolerance do not double the limit,
+// whether or not a stream (an outcome with no latency) ended in them;
+// two in a row that kept to the reference do.
+func TestConcurrencyLimitDoublesOnlyOnLatencyThatKeptUp(t *testing.T) {
+	tests := []struct {
+		name   string
+		rtt    time.Duration // of the pressed windows' samples; the reference is 10ms
+		stream bool          // a stream ends in each pressed window
+		want   int
+	}{
+		{"1.4× the reference", 14 * time.Millisecond, false, 22},
+		{"1.4× the reference, and a stream", 14 * time.Millisecond, true, 22},
+		{"the reference", 10 * time.Millisecond, false, 42},
+		{"the reference, and a stream", 10 * time.Millisecond, true, 42},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t0 := time.Unix(0, 0)
+			l := (&Concurrency{}).NewLimit(t0)
+			now := t0
+			window := func(rtt time.Duration, press bool) {
+				now = now.Add(25 * time.Millisecond)
+				if press {
+					l.Full()
+					if tt.stream {
+						l.Acquire()
+						l.Release(now, 0, ConcurrencyUntimed)
+					}
+				}
+				for range 16 {
+					l.Acquire()
+					l.Release(now, rtt, ConcurrencyServed)
+				}
+			}
+			for range 5 {
+				window(10*time.Millisecond, false)
+			}
+			window(tt.rtt, true)
+			window(tt.rtt, true)
+			if got := l.Limit(); got != tt.want {
+				t.Errorf("limit after two pressed windows = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
