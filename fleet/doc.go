@@ -19,7 +19,9 @@
 //
 // Each operation is one Lua script or command, so one round trip, and runs
 // unchanged on a Redis Cluster: every key carries a hash tag ({...}), the
-// host for the shared state, and no script touches two tags. Nothing waits
+// host for the shared state, and no script touches two tags (there, the
+// [IdempotencyStore] also reads the cluster's topology, at most once a
+// second, to know which shards have a replica to wait for). Nothing waits
 // on Redis longer than [Options.Timeout] (50ms by default), and most
 // requests do not wait on it at all:
 //

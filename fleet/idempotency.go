@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -50,12 +52,23 @@ type IdempotencyOptions struct {
 	// handler, so that a failover that promotes one of them keeps the
 	// lock. A lock not acknowledged within Timeout is given up, and Begin
 	// fails with an error that wraps [ErrNotReplicated]: the handler
-	// answers 503 with Retry-After and does not run. Zero, the default,
-	// means 1 when the client talks to Redis through Sentinel (a
-	// deployment that promotes replicas) and none otherwise; negative
-	// means none: at most once then holds only while the primary does not
-	// fail over. Under Sentinel, run at least two replicas, so that a
-	// promoted primary keeps one to acknowledge.
+	// answers 503 with Retry-After and does not run.
+	//
+	// Zero, the default, means 1 wherever a failover may promote a
+	// replica, and none where there is no replica to promote:
+	//   - through Sentinel, 1 always (the primary cannot tell a replica
+	//     that is down from none);
+	//   - on a Redis Cluster, 1 for a key whose shard the cluster lists a
+	//     replica for, up or failed (CLUSTER NODES, read at most once a
+	//     second), and none for a shard without replicas;
+	//   - with a single Redis, none.
+	//
+	// So a replica configured but down refuses every key of its shard
+	// until it is back or removed from the cluster (CLUSTER FORGET), and a
+	// Begin that cannot read the cluster's topology (its Redis user needs
+	// CLUSTER NODES) fails as one that cannot reach Redis. Negative means none: at most once then holds
+	// only while the primary does not fail over. Run at least two replicas
+	// per primary, so that a promoted primary keeps one to acknowledge.
 	Replicas int
 }
 
@@ -68,7 +81,9 @@ var ErrNotReplicated = errors.New("fleet: idempotency lock not acknowledged by t
 // IdempotencyStore is an [idempotency.Store] on Redis, for
 // [idempotency.Handler]s on many servers that must run each keyed request
 // once between them. Each method is one Lua script, so one round trip,
-// on the keys of one hash tag:
+// on the keys of one hash tag (on a Redis Cluster with the default
+// Replicas, the store also reads the cluster's topology, at most once a
+// second):
 //
 //	<prefix>:idem:{<key>}               hash: fp, tok (while in flight), resp (once completed; empty when not kept), ctok (the token that completed it)
 //	<prefix>:idem:{<key>}:gone:<token>  string: a Begin that got no answer, for the lock TTL (none when <key> starts with '}')
@@ -98,7 +113,10 @@ type IdempotencyStore struct {
 	prefix   string
 	maxBytes int
 	timeout  time.Duration
+	// replicas is how many replicas to wait for, or perShard: as many
+	// as the cluster's topology says (waitFor).
 	replicas int
+	topo     topology
 	// abandoning bounds the goroutines that undo unanswered Begins, so
 	// that a long stall of Redis under load does not pile them up.
 	abandoning chan struct{}
@@ -129,7 +147,8 @@ var _ idempotency.Store = (*IdempotencyStore)(nil)
 
 // replicasFor returns how many replicas a store waits for: n when
 // positive, none when negative, and for zero 1 under a Sentinel client,
-// whose primary may be replaced by a replica, none otherwise.
+// whose primary may be replaced by a replica, perShard under a Cluster
+// client, none otherwise.
 func replicasFor(client rueidis.Client, n int) int {
 	switch {
 	case n > 0:
@@ -138,8 +157,135 @@ func replicasFor(client rueidis.Client, n int) int {
 		return 0
 	case client.Mode() == rueidis.ClientModeSentinel:
 		return 1
+	case client.Mode() == rueidis.ClientModeCluster:
+		return perShard
 	}
 	return 0
+}
+
+// perShard, as a store's replicas, waits for 1 replica for a key whose
+// shard has one in the cluster's topology, and for none otherwise.
+const perShard = -1
+
+// topologyTTL is how long a store uses the cluster topology it read.
+const topologyTTL = time.Second
+
+// topology is what a store last read of its cluster's shards.
+type topology struct {
+	mu   sync.Mutex // held to read it
+	last atomic.Pointer[shards]
+}
+
+// shards is the cluster's shards, as read at a time.
+type shards struct {
+	at   time.Time
+	list []shard
+}
+
+// shard is a range of slots, and how many replicas its primary has.
+type shard struct {
+	lo, hi   uint16
+	replicas int
+}
+
+// waitFor returns how many replicas to wait for on the record rk. Under
+// perShard it reads the cluster's topology (CLUSTER NODES, from the
+// primary of rk's slot) when the one it has is older than topologyTTL;
+// when that fails, it fails, or with stale it uses the old one if any.
+func (s *IdempotencyStore) waitFor(ctx context.Context, rk string, stale bool) (int, error) {
+	if s.replicas != perShard {
+		return s.replicas, nil
+	}
+	cmd := s.client.B().Arbitrary("CLUSTER", "NODES").Build().SetSlot(rk)
+	slot := cmd.Slot()
+	last := s.topo.last.Load()
+	if last == nil || time.Since(last.at) >= topologyTTL {
+		var err error
+		if last, err = s.readTopology(ctx, cmd); err != nil && (!stale || last == nil) {
+			return 0, fmt.Errorf("cluster topology: %w", err)
+		}
+	}
+	for _, sh := range last.list {
+		if sh.lo <= slot && slot <= sh.hi {
+			return min(sh.replicas, 1), nil
+		}
+	}
+	return 0, fmt.Errorf("cluster topology: no primary serves slot %d", slot)
+}
+
+// readTopology reads the cluster's shards with cmd (CLUSTER NODES), one
+// call at a time: a call that finds a topology read while it waited uses
+// it. On an error, it returns the error and the last topology read, if
+// any.
+func (s *IdempotencyStore) readTopology(ctx context.Context, cmd rueidis.Completed) (*shards, error) {
+	t := &s.topo
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if last := t.last.Load(); last != nil && time.Since(last.at) < topologyTTL {
+		return last, nil
+	}
+	text, err := s.client.Do(ctx, cmd).ToString()
+	var list []shard
+	if err == nil {
+		list, err = parseClusterNodes(text)
+	}
+	if err != nil {
+		return t.last.Load(), err
+	}
+	last := &shards{at: time.Now(), list: list}
+	t.last.Store(last)
+	return last, nil
+}
+
+// parseClusterNodes reads the answer of CLUSTER NODES: a line per node,
+// "<id> <addr> <flags> <primary id or -> <ping> <pong> <epoch> <link>
+// <slot or lo-hi>...", and returns each primary's slot ranges with how
+// many nodes it lists as its replicas, failed ones too.
+func parseClusterNodes(text string) ([]shard, error) {
+	text = strings.TrimPrefix(text, "txt:") // RESP3 marks it verbatim text
+	replicas := map[string]int{}
+	type ranges struct {
+		id     string
+		lo, hi []uint16
+	}
+	var primaries []ranges
+	for line := range strings.SplitSeq(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) < 8 {
+			return nil, fmt.Errorf("CLUSTER NODES line %q: %d fields, want at least 8", line, len(f))
+		}
+		if f[3] != "-" {
+			replicas[f[3]]++
+			continue
+		}
+		r := ranges{id: f[0]}
+		for _, sl := range f[8:] {
+			if strings.HasPrefix(sl, "[") {
+				continue // a slot being imported or migrated: still served by its owner's range
+			}
+			los, his, _ := strings.Cut(sl, "-")
+			if his == "" {
+				his = los
+			}
+			lo, err1 := strconv.ParseUint(los, 10, 14)
+			hi, err2 := strconv.ParseUint(his, 10, 14)
+			if err1 != nil || err2 != nil || lo > hi {
+				return nil, fmt.Errorf("CLUSTER NODES line %q: bad slot range %q", line, sl)
+			}
+			r.lo, r.hi = append(r.lo, uint16(lo)), append(r.hi, uint16(hi))
+		}
+		primaries = append(primaries, r)
+	}
+	shards := []shard{}
+	for _, p := range primaries {
+		for i := range p.lo {
+			shards = append(shards, shard{lo: p.lo[i], hi: p.hi[i], replicas: replicas[p.id]})
+		}
+	}
+	return shards, nil
 }
 
 // The scripts answer with a status letter: a(cquired), i(n flight),
@@ -217,32 +363,35 @@ func (s *IdempotencyStore) Begin(ctx context.Context, key, fingerprint string, l
 	token := rand.Text()
 	rk := s.redisKey(key)
 	keys, args := s.idemKeys(key, token), []string{fingerprint, token, millis(lockTTL)}
+	n, err := s.waitFor(ctx, rk, false)
+	if err != nil {
+		return idempotency.BeginResult{}, fmt.Errorf("fleet: idempotency begin %q: %w", rk, err)
+	}
 	var vals []rueidis.RedisMessage
-	var err error
 	acked := int64(-1)
-	if s.replicas == 0 {
+	if n == 0 {
 		vals, err = idemBegin.Exec(ctx, s.client, keys, args).ToArray()
 	} else {
-		vals, acked, err = s.beginWait(ctx, keys, args)
+		vals, acked, err = s.beginWait(ctx, keys, args, n)
 	}
 	if err != nil {
 		// The script may run yet: sent, and answered too late. The lock
 		// it would take holds this token, which no one else knows, until
 		// lockTTL: undo it.
-		if _, answered := rueidis.IsRedisErr(err); !answered && (!noRedis(err) || s.replicas > 0) {
-			s.abandonLater(key, token, lockTTL)
+		if _, answered := rueidis.IsRedisErr(err); !answered && (!noRedis(err) || n > 0) {
+			s.abandonLater(key, token, lockTTL, n)
 		}
 		return idempotency.BeginResult{}, fmt.Errorf("fleet: idempotency begin %q: %w", rk, err)
 	}
 	st, _ := str(vals, 0)
 	switch st {
 	case "a":
-		if acked >= 0 && acked < int64(s.replicas) {
+		if acked >= 0 && acked < int64(n) {
 			// Not on enough replicas: a failover now could lose the
 			// lock, and another server run the key. Give it up.
-			s.abandonLater(key, token, lockTTL)
+			s.abandonLater(key, token, lockTTL, n)
 			return idempotency.BeginResult{}, fmt.Errorf("fleet: idempotency begin %q: %d of %d replicas in %v: %w",
-				rk, acked, s.replicas, s.timeout, ErrNotReplicated)
+				rk, acked, n, s.timeout, ErrNotReplicated)
 		}
 		return idempotency.BeginResult{State: idempotency.Acquired, Token: token}, nil
 	case "i":
@@ -267,14 +416,14 @@ func (s *IdempotencyStore) Begin(ctx context.Context, key, fingerprint string, l
 	return idempotency.BeginResult{}, fmt.Errorf("%w: %s is not an idempotency record", ErrMalformed, rk)
 }
 
-// beginWait runs idemBegin and then WAIT for the replicas, pipelined on
+// beginWait runs idemBegin and then WAIT for n replicas, pipelined on
 // one connection, so that WAIT waits for the lock's write: one round
 // trip, which lasts until the replicas acknowledge. It returns the
 // script's answer and how many replicas acknowledged.
-func (s *IdempotencyStore) beginWait(ctx context.Context, keys, args []string) ([]rueidis.RedisMessage, int64, error) {
+func (s *IdempotencyStore) beginWait(ctx context.Context, keys, args []string, n int) ([]rueidis.RedisMessage, int64, error) {
 	res := s.client.DoMulti(ctx,
 		s.client.B().Eval().Script(idemBeginSrc).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(),
-		s.client.B().Wait().Numreplicas(int64(s.replicas)).Timeout(waitMillis(ctx, s.timeout)).Build())
+		s.client.B().Wait().Numreplicas(int64(n)).Timeout(waitMillis(ctx, s.timeout)).Build())
 	vals, err := res[0].ToArray()
 	if err != nil {
 		return nil, 0, err
@@ -286,13 +435,14 @@ func (s *IdempotencyStore) beginWait(ctx context.Context, keys, args []string) (
 	return vals, acked, nil
 }
 
-// abandonLater undoes, in the background, the Begin sent with token.
-func (s *IdempotencyStore) abandonLater(key, token string, lockTTL time.Duration) {
+// abandonLater undoes, in the background, the Begin sent with token,
+// which waited for n replicas.
+func (s *IdempotencyStore) abandonLater(key, token string, lockTTL time.Duration, n int) {
 	select {
 	case s.abandoning <- struct{}{}:
 		go func() {
 			defer func() { <-s.abandoning }()
-			s.abandon(key, token, lockTTL)
+			s.abandon(key, token, lockTTL, n)
 		}()
 	default: // maxAbandoning at work already
 	}
@@ -304,7 +454,7 @@ func (s *IdempotencyStore) abandonLater(key, token string, lockTTL time.Duration
 // another connection. idemAbandon works in either order; it is sent until
 // Redis answers, every Timeout, for at most lockTTL, after which a lock
 // would have expired anyway.
-func (s *IdempotencyStore) abandon(key, token string, lockTTL time.Duration) {
+func (s *IdempotencyStore) abandon(key, token string, lockTTL time.Duration, n int) {
 	keys := s.idemKeys(key, token)
 	args := []string{token, millis(lockTTL)}
 	end := time.Now().Add(lockTTL)
@@ -314,7 +464,7 @@ func (s *IdempotencyStore) abandon(key, token string, lockTTL time.Duration) {
 		cancel()
 		// A Redis that is not there lost what it was sent, unless a
 		// replica got it and is being promoted: with Replicas, try on.
-		if _, answered := rueidis.IsRedisErr(err); err == nil || answered || (noRedis(err) && s.replicas == 0) ||
+		if _, answered := rueidis.IsRedisErr(err); err == nil || answered || (noRedis(err) && n == 0) ||
 			errors.Is(err, rueidis.ErrClosing) || time.Now().Add(s.timeout).After(end) {
 			return
 		}
@@ -342,12 +492,16 @@ func (s *IdempotencyStore) Complete(ctx context.Context, key, token string, resp
 	defer cancel()
 	rk := s.redisKey(key)
 	args := []string{token, rueidis.BinaryString(enc), millis(ttl), "0"}
-	if s.replicas == 0 {
+	n, err := s.waitFor(ctx, rk, true)
+	if err != nil {
+		n = 1 // a topology never read: wait, and send again until a replica or a new primary has it
+	}
+	if n == 0 {
 		st, err := idemComplete.Exec(ctx, s.client, []string{rk}, args).ToString()
 		return s.result("complete", rk, st, err)
 	}
-	st, acked, err := s.completeWait(ctx, rk, args)
-	if _, answered := rueidis.IsRedisErr(err); (err != nil && !answered) || (err == nil && st == "d" && acked < int64(s.replicas)) {
+	st, acked, err := s.completeWait(ctx, rk, args, n)
+	if _, answered := rueidis.IsRedisErr(err); (err != nil && !answered) || (err == nil && st == "d" && acked < int64(n)) {
 		// The response may be on the primary alone, and lost with it in
 		// a failover, which would leave the replicas the lock: send it
 		// again until a replica has it, or a primary that took over.
@@ -355,12 +509,12 @@ func (s *IdempotencyStore) Complete(ctx context.Context, key, token string, resp
 		case s.abandoning <- struct{}{}:
 			go func() {
 				defer func() { <-s.abandoning }()
-				s.recomplete(rk, args, err != nil)
+				s.recomplete(rk, args, n, err != nil)
 			}()
 			return nil
 		default:
 			if err == nil {
-				err = fmt.Errorf("%d of %d replicas in %v: %w", acked, s.replicas, s.timeout, ErrNotReplicated)
+				err = fmt.Errorf("%d of %d replicas in %v: %w", acked, n, s.timeout, ErrNotReplicated)
 			}
 		}
 	}
@@ -369,10 +523,10 @@ func (s *IdempotencyStore) Complete(ctx context.Context, key, token string, resp
 
 // completeWait runs idemComplete and WAIT, pipelined on one connection,
 // as beginWait does.
-func (s *IdempotencyStore) completeWait(ctx context.Context, rk string, args []string) (string, int64, error) {
+func (s *IdempotencyStore) completeWait(ctx context.Context, rk string, args []string, n int) (string, int64, error) {
 	res := s.client.DoMulti(ctx,
 		s.client.B().Eval().Script(idemCompleteSrc).Numkeys(1).Key(rk).Arg(args...).Build(),
-		s.client.B().Wait().Numreplicas(int64(s.replicas)).Timeout(waitMillis(ctx, s.timeout)).Build())
+		s.client.B().Wait().Numreplicas(int64(n)).Timeout(waitMillis(ctx, s.timeout)).Build())
 	st, err := res[0].ToString()
 	if err != nil {
 		return "", 0, err
@@ -384,16 +538,16 @@ func (s *IdempotencyStore) completeWait(ctx context.Context, rk string, args []s
 	return st, acked, nil
 }
 
-// recomplete sends a completion again, every Timeout, until replicas
+// recomplete sends a completion again, every Timeout, until n replicas
 // acknowledge it, or until a primary answers it after a call that got no
 // answer (a failover: the new primary may have no replica yet), or the
 // lock is found lost, for at most recompleteFor.
-func (s *IdempotencyStore) recomplete(rk string, args []string, failed bool) {
+func (s *IdempotencyStore) recomplete(rk string, args []string, n int, failed bool) {
 	args = append(args[:3:3], "1")
 	for end := time.Now().Add(recompleteFor); time.Now().Before(end); {
 		time.Sleep(s.timeout)
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		st, acked, err := s.completeWait(ctx, rk, args)
+		st, acked, err := s.completeWait(ctx, rk, args, n)
 		cancel()
 		if errors.Is(err, rueidis.ErrClosing) {
 			return
@@ -402,7 +556,7 @@ func (s *IdempotencyStore) recomplete(rk string, args []string, failed bool) {
 			failed = true
 			continue
 		}
-		if err != nil || st != "d" || acked >= int64(s.replicas) || failed {
+		if err != nil || st != "d" || acked >= int64(n) || failed {
 			return
 		}
 	}

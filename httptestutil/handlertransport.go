@@ -30,10 +30,10 @@ import (
 //     [http.Server] does. So a streamed body can be read while the handler
 //     still writes, and a handler that hangs keeps RoundTrip waiting until
 //     the request's context ends; RoundTrip then returns the context's
-//     error.
+//     cause ([context.Cause]), as net/http does.
 //   - The body reaches the client through a 64 KiB buffer. When the
 //     request's context ends, reading the body fails with the context's
-//     error; a handler that sent fewer bytes than its declared
+//     cause; a handler that sent fewer bytes than its declared
 //     Content-Length leaves the client with [io.ErrUnexpectedEOF].
 //   - A handler that panics, or aborts with [http.ErrAbortHandler] (as
 //     [Reset] does here, where there is no connection to hijack), ends the
@@ -82,9 +82,9 @@ func (t *HandlerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, errors.New("httptestutil: nil Request.URL")
 	}
 	ctx := req.Context()
-	if err := ctx.Err(); err != nil {
+	if ctx.Err() != nil {
 		closeReqBody(req)
-		return nil, err
+		return nil, context.Cause(ctx)
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	sreq, err := serverRequest(req, hctx)
@@ -99,7 +99,7 @@ func (t *HandlerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		writable: make(chan struct{}, 1),
 		cancel:   cancel,
 	}
-	p.stop = context.AfterFunc(ctx, func() { p.fail(ctx.Err()) })
+	p.stop = context.AfterFunc(ctx, func() { p.fail(context.Cause(ctx)) })
 	w := &handlerWriter{
 		req:       req,
 		header:    make(http.Header),
@@ -131,7 +131,7 @@ func (t *HandlerTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, sendError(sreq)
 	case <-ctx.Done():
 		// The handler sees hctx end; its writes fail through the pipe.
-		return nil, ctx.Err()
+		return nil, context.Cause(ctx)
 	}
 }
 
@@ -502,7 +502,7 @@ func (p *bodyPipe) Read(b []byte) (int, error) {
 			return n, nil
 		}
 		if err := p.werr; err != nil {
-			if cerr := p.ctx.Err(); err == io.EOF && cerr != nil && !p.eof {
+			if cerr := context.Cause(p.ctx); err == io.EOF && cerr != nil && !p.eof {
 				// The client's context ended as the handler finished:
 				// the client did not see the end in time.
 				err, p.werr = cerr, cerr

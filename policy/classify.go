@@ -37,6 +37,13 @@ type Outcome struct {
 	// the attempt did: it was canceled, or its deadline passed. Such an
 	// outcome says nothing of the host ([Judge]).
 	CallerEnded bool
+	// Canceled reports that the attempt's context had been canceled, not
+	// cut by a deadline: by the caller, with or without a cause
+	// ([context.WithCancelCause]), or for a hedge copy that lost. net/http
+	// then returns the cancel's cause, not [context.Canceled]: this field
+	// says what the error cannot. Such an outcome is no loss and is not
+	// retried.
+	Canceled bool
 	// Now is the time the outcome was seen, for Retry-After dates.
 	Now time.Time
 }
@@ -85,7 +92,8 @@ type RetriableError interface {
 
 // DefaultClassifier is the classifier of the zero [Retry]. In order:
 //
-//   - The caller's own cancellation ([context.Canceled]) is never retried.
+//   - The caller's own cancellation ([Outcome].Canceled, or an error
+//     that is [context.Canceled]) is never retried.
 //   - An error that implements [RetriableError] decides for itself.
 //   - TLS certificate errors are not retried.
 //   - A request that cannot be sent as written ([IsCallerError]) is not
@@ -190,7 +198,7 @@ func directive(h http.Header) (retry bool, reason string, ok bool) {
 
 func classifyError(o Outcome) Decision {
 	err := o.Err
-	if errors.Is(err, context.Canceled) {
+	if o.canceled() {
 		return Decision{Reason: "canceled"}
 	}
 	var re RetriableError
@@ -224,6 +232,13 @@ func classifyError(o Outcome) Decision {
 	}
 	return Decision{Retry: true, Reason: "network error"}
 }
+
+// canceled reports whether o's attempt was canceled: o.Canceled says
+// so, or its error is [context.Canceled], a cancel without a cause, for
+// an outcome whose maker did not say. It is the one test of a cancel
+// for [Judge], the classifier and [FailsOver]; [Retry.Next] reads
+// o.Canceled beside the operation's cause.
+func (o *Outcome) canceled() bool { return o.Canceled || errors.Is(o.Err, context.Canceled) }
 
 func isCertError(err error) bool {
 	var (

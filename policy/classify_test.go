@@ -70,6 +70,8 @@ func TestDefaultClassifier(t *testing.T) {
 		{"directive beats problem", Outcome{Response: resp(400, "X-Should-Retry", "false"), Problem: &Problem{Retriable: &yes}}, false, false, "x-should-retry=false", 0},
 		{"problem without is_retriable falls back to status", Outcome{Response: resp(503), Problem: &Problem{}}, true, false, "status 503", 0},
 		{"canceled", Outcome{Err: fmt.Errorf("x: %w", context.Canceled)}, false, false, "canceled", 0},
+		{"canceled with a cause", Outcome{Err: errors.New("user left"), CallerEnded: true, Canceled: true}, false, false, "canceled", 0},
+		{"canceled with a cause, as a reset", Outcome{Err: readErr, CallerEnded: true, Canceled: true}, false, false, "canceled", 0},
 		{"attempt timeout may have acted", Outcome{Err: context.DeadlineExceeded}, true, false, "attempt timeout", 0},
 		{"dial error did not act", Outcome{Err: dialErr}, true, true, "dial error", 0},
 		{"handshake EOF before any connection", Outcome{Err: io.EOF, NotConnected: true}, true, true, "no connection", 0},

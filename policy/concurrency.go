@@ -46,8 +46,15 @@ const MaxConcurrencyLimit = 4000
 //     at once as half the limit, or a request that found the limit full.
 //     So latency past Tolerance times the healthy level lowers the limit,
 //     and a limit that is not used never grows.
+//   - While the host keeps up (no window with a loss or a gradient under
+//     1 for Healthy, or ever), the second window in a row in which a
+//     request found the limit full and whose mean stayed within half the
+//     tolerance of the reference doubles the limit instead. A strain in
+//     the next window undoes the doubling, and none is tried again until
+//     the host has kept up for Healthy.
 //   - Outcomes that say nothing of the host (a cancel, a hedge that lost,
-//     a layer's refusal) are not counted at all.
+//     a layer's refusal) are not counted at all. A stream
+//     ([ConcurrencyUntimed]) counts as an outcome with no latency.
 //
 // The zero value is ready to use with the documented defaults. The
 // transport keeps one [ConcurrencyLimit] per host, made with
@@ -71,8 +78,9 @@ type Concurrency struct {
 	// (0.9).
 	Backoff float64
 	// Healthy is how long a host must go with no loss and no request
-	// finding its limit full before its healthy latency may rise. Zero
-	// or less means [DefaultConcurrencyHealthy] (30s).
+	// finding its limit full before its healthy latency may rise, and
+	// with no strain before its limit may double again. Zero or less
+	// means [DefaultConcurrencyHealthy] (30s).
 	Healthy time.Duration
 }
 
@@ -139,6 +147,7 @@ const (
 	minWindowNS = int64(time.Millisecond)                     // the shortest window
 	maxWindowNS = int64(10 * time.Second)                     // the longest window
 	noReference = int64(math.MaxInt64 / 2)                    // the reference before any sample
+	noStrain    = math.MinInt64 / 2                           // strained before any strain
 )
 
 // ConcurrencyLimit is one host's limit and its requests in flight. Make
@@ -146,32 +155,39 @@ const (
 // multiple goroutines; [ConcurrencyLimit.Acquire] and
 // [ConcurrencyLimit.Release] take no lock unless a window ends.
 type ConcurrencyLimit struct {
-	word     atomic.Uint64
-	limit    atomic.Int64
-	windowAt atomic.Int64  // when the window may end, in nanoseconds since epoch
-	lastAt   atomic.Int64  // when it ends with fewer than minSamples
-	peak     atomic.Int64  // most requests in flight at once in the window
-	pressed  atomic.Bool   // a request found the limit full in the window
-	sparse   atomic.Uint64 // one attempt in sparse+1 is timed: a mask of the ticket
+	word    atomic.Uint64
+	limit   atomic.Int64
+	startAt atomic.Int64  // when the window started, in nanoseconds since epoch
+	width   atomic.Int64  // how long it lasts at the least, in nanoseconds
+	half    atomic.Int64  // in flight at once that shows the limit is used: half the exact limit, rounded up
+	busy    atomic.Bool   // as many as half were in flight at once in the window
+	pressed atomic.Bool   // a request found the limit full in the window
+	eager   atomic.Bool   // no strain seen for Healthy: the limit, not the host, is what is short
+	untimed atomic.Uint64 // streams held to their first event that ended in the window
+	sparse  atomic.Uint64 // one attempt in sparse+1 is timed: a mask of the ticket
 
-	mu      sync.Mutex // held while a window ends and while a loss is counted
-	c       Concurrency
-	epoch   time.Time
-	losses  int     // in the window
-	ref     int64   // the healthy latency, in nanoseconds
-	calm    int64   // the start of the current calm (no loss, limit not full)
-	calmMin int64   // the lowest window mean in the calm
-	exact   float64 // the limit before rounding
+	mu       sync.Mutex // held while a window ends and while a loss is counted
+	c        Concurrency
+	epoch    time.Time
+	losses   int     // in the window
+	strained int64   // when a window last had a loss or a latency past Tolerance; noStrain: never
+	grew     float64 // the limit before the last window's doubling; 0: the last window did not double it
+	short    int     // windows in a row in which the limit was short and the host kept up
+	ref      int64   // the healthy latency, in nanoseconds
+	calm     int64   // the start of the current calm (no loss, limit not full)
+	calmMin  int64   // the lowest window mean in the calm
+	exact    float64 // the limit before rounding
 }
 
 // NewLimit returns a host's limit, starting at Initial, its clock started
 // at now.
 func (c *Concurrency) NewLimit(now time.Time) *ConcurrencyLimit {
-	l := &ConcurrencyLimit{c: c.normal(), epoch: now, ref: noReference, calmMin: noReference}
+	l := &ConcurrencyLimit{c: c.normal(), epoch: now, ref: noReference, calmMin: noReference, strained: noStrain}
+	l.eager.Store(true)
 	l.exact = float64(l.c.Initial)
 	l.limit.Store(int64(l.c.Initial))
-	l.windowAt.Store(minWindowNS)
-	l.lastAt.Store(maxWindowNS)
+	l.half.Store(int64(math.Ceil(l.exact / 2)))
+	l.width.Store(minWindowNS)
 	return l
 }
 
@@ -273,8 +289,8 @@ func (l *ConcurrencyLimit) Release(now time.Time, rtt time.Duration, o Concurren
 		}
 		u = min(u, maxSample)
 		w = l.word.Add(u<<sumShift + releaseOne)
-		if p := int64(w&flightMask) + 1; p > l.peak.Load() {
-			l.peak.Store(p)
+		if int64(w&flightMask)+1 >= l.half.Load() && !l.busy.Load() {
+			l.busy.Store(true) // once a window: a store per rise of a peak would be a locked write on the success path
 		}
 	case ConcurrencyLoss:
 		l.word.Add(^uint64(0))
@@ -287,8 +303,12 @@ func (l *ConcurrencyLimit) Release(now time.Time, rtt time.Duration, o Concurren
 			return false, 0, 0
 		}
 	}
+	n := (w >> countShift) & countMask
+	if o == ConcurrencyUntimed { // a stream timed to its first event: an outcome with no latency
+		n += l.untimed.Add(1)
+	}
 	t := now.Sub(l.epoch).Nanoseconds()
-	if o != ConcurrencyLoss && !l.due(t, (w>>countShift)&countMask) {
+	if o != ConcurrencyLoss && !l.due(t, n) {
 		return false, 0, 0
 	}
 	if !l.mu.TryLock() {
@@ -297,6 +317,11 @@ func (l *ConcurrencyLimit) Release(now time.Time, rtt time.Duration, o Concurren
 	defer l.mu.Unlock()
 	return l.endWindow(t)
 }
+
+// Eager reports whether the host has kept up (no strain for Healthy, or
+// ever), so that a request that finds the limit full may wait as long as
+// its operation's time allows (see [ConcurrencyLimit.Wait]).
+func (l *ConcurrencyLimit) Eager() bool { return l.eager.Load() }
 
 // Limit returns the limit now.
 func (l *ConcurrencyLimit) Limit() int { return int(l.limit.Load()) }
@@ -320,49 +345,98 @@ func (l *ConcurrencyLimit) Reference() time.Duration {
 // minSamples of them, so that one slow request of a host whose requests
 // differ is not a trend; or has lasted maxWindowNS; or has maxSamples.
 func (l *ConcurrencyLimit) due(t int64, n uint64) bool {
-	return n >= maxSamples || t >= l.windowAt.Load() && (n >= minSamples || t >= l.lastAt.Load())
+	if n >= maxSamples {
+		return true
+	}
+	age := t - l.startAt.Load()
+	return age >= l.width.Load() && (n >= minSamples || age >= maxWindowNS)
 }
 
 // endWindow ends the window at t (since epoch) when it is due, and moves
 // the limit as its samples and losses say. l.mu is held.
 func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
-	var count, sum uint64
+	var count, sum, untimed uint64
 	for {
 		w := l.word.Load()
 		count, sum = (w>>countShift)&countMask, (w&^ticketMask)>>sumShift
-		if !l.due(t, count+uint64(l.losses)) {
+		untimed = l.untimed.Load()
+		if !l.due(t, count+untimed+uint64(l.losses)) {
 			return false, 0, 0 // not yet, or ended by another request meanwhile
 		}
 		if l.word.CompareAndSwap(w, w&(flightMask|ticketMask)) {
 			break
 		}
 	}
-	losses, pressed, peak := l.losses, l.pressed.Load(), l.peak.Load()
+	if untimed > 0 {
+		l.untimed.Add(-untimed) // those that ended meanwhile count in the next window
+	}
+	losses, pressed, busy := l.losses, l.pressed.Load(), l.busy.Load()
 	l.losses = 0
-	l.pressed.Store(false)
-	l.peak.Store(0)
+	if pressed { // a store only when it changes: each is a locked write
+		l.pressed.Store(false)
+	}
+	if busy {
+		l.busy.Store(false)
+	}
 
 	from = int(l.limit.Load())
 	var mean int64
 	if count > 0 {
 		mean = int64(sum/count) * int64(sumUnit)
 	}
+	known := l.ref != noReference // before this window: a first window's mean is its own reference
 	l.learnReference(t, mean, losses > 0 || pressed)
 	c := &l.c
+	g := 1.0 // a window of streams alone says nothing of latency
+	if count > 0 {
+		g = min(1, max(0.5, c.Tolerance*float64(l.ref)/float64(mean)))
+	}
+	strained := losses > 0 || g < 1
+	if strained {
+		l.strained = t
+		if l.grew > 0 {
+			l.exact = l.grew // the doubling overshot: undo it, then judge the window as usual
+		}
+	}
+	eager := t-l.strained >= c.Healthy.Nanoseconds()
+	l.grew = 0
+	// The limit is short and the host keeps up: no strain for Healthy,
+	// requests found the limit full, and the latency stayed within half
+	// the tolerance of the healthy one (a window of streams alone has
+	// none to judge).
+	if eager && pressed && losses == 0 &&
+		(count == 0 && untimed > 0 || count > 0 && known && float64(mean) <= float64(l.ref)*(1+(c.Tolerance-1)/2)) {
+		l.short++
+	} else {
+		l.short = 0
+	}
 	switch {
 	case losses > 0:
 		l.exact *= c.Backoff
-	case count > 0:
-		g := min(1, max(0.5, c.Tolerance*float64(l.ref)/float64(mean)))
+	case l.short >= 2:
+		// Two such windows in a row (one could straddle the start of an
+		// overload): double the limit; a strain in the next window
+		// undoes the doubling.
+		l.grew = l.exact
+		l.exact *= 2
+	case count > 0 || untimed > 0:
 		target := l.exact * g
-		if pressed || float64(peak) >= l.exact/2 {
+		if pressed || busy {
 			target += math.Sqrt(l.exact)
 		}
 		l.exact = 0.8*l.exact + 0.2*target
 	}
+	if eager != l.eager.Load() {
+		l.eager.Store(eager)
+	}
 	l.exact = min(max(l.exact, float64(c.Min)), float64(c.Max))
 	to = int(math.Round(l.exact))
-	l.limit.Store(int64(to))
+	if to != from {
+		l.limit.Store(int64(to))
+	}
+	if h := int64(math.Ceil(l.exact / 2)); h != l.half.Load() {
+		l.half.Store(h)
+	}
 
 	// Time one attempt in more when the window had many samples, in
 	// fewer when it had few: between 16 and 64 samples a window.
@@ -376,8 +450,10 @@ func (l *ConcurrencyLimit) endWindow(t int64) (changed bool, from, to int) {
 	if l.ref != noReference {
 		width = min(max(2*l.ref, minWindowNS), maxWindowNS)
 	}
-	l.windowAt.Store(t + width)
-	l.lastAt.Store(t + max(width, maxWindowNS))
+	l.startAt.Store(t)
+	if width != l.width.Load() {
+		l.width.Store(width)
+	}
 	return to != from, from, to
 }
 
@@ -405,17 +481,34 @@ func (l *ConcurrencyLimit) learnReference(t, mean int64, stressed bool) {
 
 // Wait decides whether a request that found l full may wait for a slot,
 // and for how long. waiting is how many requests wait already; left is
-// the time its operation has, when hasDeadline. It may wait when fewer
+// the time its operation has, when hasDeadline. While the host keeps up
+// (no strain for Healthy: see [Concurrency]) the limit, not the host, is
+// short: the request may wait while its operation would still have the
+// healthy latency left (10s at most without a deadline), behind fewer
+// than Max others. Once the host has strained, it may wait when fewer
 // than the limit wait already (a queue that one round of the limit
-// drains), for at most twice the healthy latency, and only while its
-// operation would still have the healthy latency left when the wait
-// ends. Before any latency is known, it may wait up to a second. ok false
-// means it must be refused now.
+// drains), for at most the healthy latency (a second before any is
+// known), and only while its operation would still have the healthy
+// latency left when the wait ends. ok false means it must be refused
+// now.
 func (l *ConcurrencyLimit) Wait(waiting int, left time.Duration, hasDeadline bool) (d time.Duration, ok bool) {
+	ref := l.Reference()
+	if l.eager.Load() {
+		// The host has shown no strain for Healthy: the limit is short,
+		// not the host, and it doubles at the end of the window. Wait as
+		// long as the operation's time allows.
+		if waiting >= l.c.Max {
+			return 0, false
+		}
+		d = time.Duration(maxWindowNS)
+		if hasDeadline {
+			d = min(d, left-ref)
+		}
+		return d, d > 0
+	}
 	if waiting >= l.Limit() {
 		return 0, false
 	}
-	ref := l.Reference()
 	d = time.Second
 	if ref > 0 {
 		d = ref

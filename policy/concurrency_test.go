@@ -344,3 +344,150 @@ func TestConcurrencyLimitWindowCountsNoMoreThanItHolds(t *testing.T) {
 		t.Errorf("reference after the window = %v, want %v", got, rtt)
 	}
 }
+
+// TestConcurrencyLimitDoublesWhileTheHostKeepsUp: requests that find the
+// limit full of a host whose latency does not rise double it each
+// window, so a burst far above the initial limit is let through within a
+// few latencies; on a host that cannot keep up, the doubling is undone
+// by the next window and not tried again while it strains.
+func TestConcurrencyLimitDoublesWhileTheHostKeepsUp(t *testing.T) {
+	tests := []struct {
+		name            string
+		workers         int
+		after           time.Duration
+		atLeast, atMost int
+		eager           bool
+	}{
+		{"a host that keeps up", 1000, 400 * time.Millisecond, 150, 1000, true},
+		{"a host of 8 workers", 8, 3 * time.Second, 2, 20, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := (&Concurrency{Initial: 8}).NewLimit(time.Now())
+				h := &fakeHost{workers: tt.workers, service: 20 * time.Millisecond}
+				most := 0
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					for stop := time.Now().Add(tt.after); time.Now().Before(stop); time.Sleep(time.Millisecond) {
+						most = max(most, l.Limit())
+					}
+				}()
+				drive(l, h, 200, tt.after)
+				<-done
+				if got := l.Limit(); got < tt.atLeast || got > tt.atMost {
+					t.Errorf("limit after %v = %d, want in [%d, %d]", tt.after, got, tt.atLeast, tt.atMost)
+				}
+				if most > tt.atMost {
+					t.Errorf("limit reached %d, want at most %d", most, tt.atMost)
+				}
+				if got := l.eager.Load(); got != tt.eager {
+					t.Errorf("eager = %v, want %v", got, tt.eager)
+				}
+			})
+		})
+	}
+}
+
+// waitCase is a call of [ConcurrencyLimit.Wait] and what it returns.
+type waitCase struct {
+	name        string
+	waiting     int
+	left        time.Duration
+	hasDeadline bool
+	want        time.Duration
+	wantOK      bool
+}
+
+// TestConcurrencyLimitWaitsWhileTheHostKeepsUp: a request that finds the
+// limit full waits as long as its operation's time allows while the host
+// has shown no strain (the limit is what is short), and for one healthy
+// latency at most, behind no more waiters than the limit, once it has.
+func TestConcurrencyLimitWaitsWhileTheHostKeepsUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := (&Concurrency{Initial: 4}).NewLimit(time.Now())
+		tests := []waitCase{
+			{"no strain, a deadline", 100, 2 * time.Second, true, 2 * time.Second, true},
+			{"no strain, no deadline", 100, 0, false, 10 * time.Second, true},
+			{"no strain, waiters past Max", DefaultConcurrencyMax, time.Second, true, 0, false},
+		}
+		check := func(tests []waitCase) {
+			t.Helper()
+			for _, tt := range tests {
+				d, ok := l.Wait(tt.waiting, tt.left, tt.hasDeadline)
+				if d != tt.want && tt.wantOK || ok != tt.wantOK {
+					t.Errorf("%s: Wait = %v, %v; want %v, %v", tt.name, d, ok, tt.want, tt.wantOK)
+				}
+			}
+		}
+		check(tests)
+		for range 4 { // a window of losses: the host strains
+			l.Acquire()
+		}
+		for range 4 {
+			time.Sleep(5 * time.Millisecond)
+			l.Release(time.Now(), 5*time.Millisecond, ConcurrencyLoss)
+		}
+		for range 20 {
+			l.Acquire()
+			time.Sleep(5 * time.Millisecond)
+			l.Release(time.Now(), 5*time.Millisecond, ConcurrencyServed)
+		}
+		if l.eager.Load() {
+			t.Fatal("eager after a window of losses, want not")
+		}
+		ref := l.Reference()
+		check([]waitCase{
+			{"strained, a deadline", 0, 2 * time.Second, true, ref, true},
+			{"strained, waiters as many as the limit", l.Limit(), 2 * time.Second, true, 0, false},
+		})
+	})
+}
+
+// TestConcurrencyLimitDoublesOnlyOnLatencyThatKeptUp: pressed windows
+// whose latency rose past half the tolerance do not double the limit,
+// whether or not a stream (an outcome with no latency) ended in them;
+// two in a row that kept to the reference do.
+func TestConcurrencyLimitDoublesOnlyOnLatencyThatKeptUp(t *testing.T) {
+	tests := []struct {
+		name   string
+		rtt    time.Duration // of the pressed windows' samples; the reference is 10ms
+		stream bool          // a stream ends in each pressed window
+		want   int
+	}{
+		{"1.4× the reference", 14 * time.Millisecond, false, 22},
+		{"1.4× the reference, and a stream", 14 * time.Millisecond, true, 22},
+		{"the reference", 10 * time.Millisecond, false, 42},
+		{"the reference, and a stream", 10 * time.Millisecond, true, 42},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t0 := time.Unix(0, 0)
+			l := (&Concurrency{}).NewLimit(t0)
+			now := t0
+			window := func(rtt time.Duration, press bool) {
+				now = now.Add(25 * time.Millisecond)
+				if press {
+					l.Full()
+					if tt.stream {
+						l.Acquire()
+						l.Release(now, 0, ConcurrencyUntimed)
+					}
+				}
+				for range 16 {
+					l.Acquire()
+					l.Release(now, rtt, ConcurrencyServed)
+				}
+			}
+			for range 5 {
+				window(10*time.Millisecond, false)
+			}
+			window(tt.rtt, true)
+			window(tt.rtt, true)
+			if got := l.Limit(); got != tt.want {
+				t.Errorf("limit after two pressed windows = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

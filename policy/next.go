@@ -72,7 +72,9 @@ type State struct {
 	// PrevWait is the wait before this attempt; 0 before the first retry.
 	PrevWait time.Duration
 	// Done is the cause of the operation's context once it is done (see
-	// [context.Cause]); nil while it lives.
+	// [context.Cause]); nil while it lives. The operation was canceled
+	// when Done is [context.Canceled] or Outcome.Canceled says so (a
+	// cancel with a cause); else its deadline passed.
 	Done error
 	// Deadline is the operation's deadline; zero means none.
 	Deadline time.Time
@@ -148,7 +150,7 @@ func (p Retry) Next(s State) Step {
 	p = p.WithDefaults()
 	o := s.Outcome
 	if s.Done != nil {
-		if errors.Is(s.Done, context.Canceled) {
+		if o.Canceled || errors.Is(s.Done, context.Canceled) {
 			return Step{Reason: ReasonCanceled}
 		}
 		return Step{Reason: ReasonDeadline}

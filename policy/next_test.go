@@ -140,6 +140,14 @@ func TestNextStops(t *testing.T) {
 		{"retry after the backoff", Retry{}, func(*State) {}, ReasonRetry, time.Second, 0},
 		{"canceled", Retry{}, func(s *State) { s.Done = context.Canceled }, ReasonCanceled, 0, 0},
 		{"deadline passed", Retry{}, func(s *State) { s.Done = context.DeadlineExceeded }, ReasonDeadline, 0, 0},
+		{"canceled with a cause", Retry{}, func(s *State) {
+			s.Done, s.Outcome.Response, s.Outcome.Err = errUserLeft, nil, errUserLeft
+			s.Outcome.CallerEnded, s.Outcome.Canceled = true, true
+		}, ReasonCanceled, 0, 0},
+		{"canceled with a cause as a 503 came", Retry{}, func(s *State) { s.Done, s.Outcome.Canceled = errUserLeft, true }, ReasonCanceled, 0, 0},
+		{"deadline with a cause", Retry{}, func(s *State) {
+			s.Done, s.Outcome.Response, s.Outcome.Err, s.Outcome.CallerEnded = errUserLeft, nil, errUserLeft, true
+		}, ReasonDeadline, 0, 0},
 		{"caller error beats a custom classifier", Retry{Classify: func(Outcome) Decision { return Decision{Retry: true, DidNotAct: true} }},
 			func(s *State) { s.Outcome.Response, s.Outcome.Err = nil, &BodyError{ContentLength: 5, Read: 2} }, ReasonCallerError, 0, 0},
 		{"a custom classifier cannot make a POST safe", Retry{Classify: func(Outcome) Decision { return Decision{Retry: true} }},
@@ -194,6 +202,10 @@ func TestNextStops(t *testing.T) {
 		})
 	}
 }
+
+// errUserLeft is the cause a caller cancels its operation with, or its
+// deadline ends it with (context.WithTimeoutCause).
+var errUserLeft = errors.New("user left")
 
 // retryAll is a custom classifier that retries every outcome and says
 // nothing of Retry-After.

@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"time"
 )
@@ -153,7 +151,7 @@ func FailsOver(o Outcome) bool {
 		return c >= 500 || c == http.StatusTooManyRequests
 	case o.Err == nil:
 		return true // no response and no error: a broken RoundTripper
-	case o.CallerEnded, errors.Is(o.Err, context.Canceled), IsCallerError(o.Request, o.Err):
+	case o.CallerEnded, o.canceled(), IsCallerError(o.Request, o.Err):
 		return false
 	}
 	return true

@@ -143,6 +143,7 @@ func TestFailsOver(t *testing.T) {
 		{"timeout", Outcome{Request: req, Err: context.DeadlineExceeded}, true},
 		{"caller's deadline", Outcome{Request: req, Err: context.DeadlineExceeded, CallerEnded: true}, false},
 		{"canceled", Outcome{Request: req, Err: context.Canceled}, false},
+		{"canceled with a cause", Outcome{Request: req, Err: errors.New("user left"), Canceled: true}, false},
 		{"caller's error", Outcome{Request: req, Err: ErrInvalidRequest}, false},
 		{"nothing at all", Outcome{Request: req}, true},
 		{"another error", Outcome{Request: req, Err: errors.New("reset")}, true},

@@ -49,7 +49,9 @@ type Retry struct {
 	// once. Zero means [DefaultMaxRetryAfter] (60s). Negative means no
 	// server-asked wait is ever waited on. It is the Limit of
 	// [ServerWait]; in a stack built by transport.New, the rate-limit
-	// layer's MaxWait is made the same (see [ServerWaitLimit]).
+	// layer's MaxServerWait is made the same (see [ServerWaitLimit]),
+	// so that it bounds the waits a server asked for (a Retry-After, a
+	// spent quota's reset) and never those of the client-side rate.
 	MaxRetryAfter time.Duration
 
 	// Classify decides whether an attempt's outcome is worth another

@@ -21,8 +21,10 @@ const DefaultMaxHold = time.Minute
 // So no request waits for a server longer than Limit, whether it got the
 // answer or came after it. In a stack built by transport.New, Limit is
 // [Retry].MaxRetryAfter and MaxHold is ratelimit.Options.MaxPause; the
-// rate-limit layer's own limit, ratelimit.Options.MaxWait, is made the
-// same (see [ServerWaitLimit]).
+// rate-limit layer's limit on server-asked waits,
+// ratelimit.Options.MaxServerWait, is made the same (see
+// [ServerWaitLimit]). Waits that no server asked for (a client-side rate)
+// keep their own bound, ratelimit.Options.MaxWait.
 type ServerWait struct {
 	// Limit is the longest asked wait a request waits. Zero means
 	// [DefaultMaxRetryAfter] (60s); negative means none is waited on.
@@ -58,11 +60,14 @@ func (w ServerWait) Hold(d time.Duration) time.Duration {
 
 // ServerWaitLimit returns the one Limit of a stack whose retries wait at
 // most maxRetryAfter ([Retry].MaxRetryAfter) for a server's ask and
-// whose rate-limit layer lets a request wait at most maxWait
-// (ratelimit.Options.MaxWait), each zero when not set: the shorter of
-// those set, negative when either is, and zero (the default, 60s for
-// both) when neither is. Both layers then use it, so that the request
-// that got an ask and those that come after it wait as long.
+// whose rate-limit layer lets a request wait at most maxWait for one
+// (ratelimit.Options.MaxServerWait, and its MaxWait, which bounds every
+// wait of that layer), each zero when not set: the shorter of those set,
+// negative when either is, and zero (the default, 60s for both) when
+// neither is. transport.New takes it of all three and makes it both
+// MaxRetryAfter and MaxServerWait, so that the request that got an ask
+// and those that come after it wait as long; MaxWait stays as set, the
+// bound of the client-side rate.
 func ServerWaitLimit(maxRetryAfter, maxWait time.Duration) time.Duration {
 	switch {
 	case maxRetryAfter < 0 || maxWait < 0:

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -39,7 +38,8 @@ type Verdict struct {
 }
 
 // Judge decides the [Verdict] of the outcome o. o.CallerEnded says whether
-// the caller's own context had ended, canceled or past its deadline.
+// the caller's own context had ended, canceled or past its deadline;
+// o.Canceled, whether it was canceled: a cancel is no loss, a deadline is.
 // o.NotConnected says whether no connection was made. It is the one rule
 // for an attempt: a stack judges each attempt once, and its layers read
 // the one verdict.
@@ -88,7 +88,7 @@ func judgeFailure(o *Outcome) Verdict {
 		caller := IsCallerError(req, err)
 		_, unprocessed := NotProcessed(err)
 		v.Sent = v.Refusal == "" && !caller && !unprocessed && !notConnected(o)
-		if errors.Is(err, context.Canceled) || caller || v.Refusal != "" {
+		if o.canceled() || caller || v.Refusal != "" {
 			return v // HostIgnored
 		}
 		if unprocessed {

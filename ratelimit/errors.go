@@ -13,7 +13,8 @@ var ErrQuotaExhausted = errors.New("ratelimit: quota exhausted")
 
 // QuotaError is the error of a request that was not sent because its wait
 // (for a quota reset, a server-asked pause or the client-side limiter)
-// would have run past the request's deadline or [Options.MaxWait].
+// would have run past the request's deadline, [Options.MaxWait], or, for a
+// server-asked wait, [Options.MaxServerWait].
 type QuotaError struct {
 	// Key is the quota key of the request, by default "scheme://host".
 	Key string

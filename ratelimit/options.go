@@ -46,10 +46,22 @@ type Options struct {
 	// or the client-side limiter. A request that would wait longer fails
 	// at once with a [*QuotaError]. Zero means [DefaultMaxWait] (60s);
 	// negative means a request never waits and fails whenever it would
-	// have to. For a server-asked wait it is the Limit of
-	// policy.ServerWait; transport.New makes it the same as the stack's
-	// Retry.MaxRetryAfter (the shorter of the two that are set).
+	// have to. transport.New leaves it as set: a Retry.MaxRetryAfter of
+	// the stack bounds only server-asked waits (see MaxServerWait).
 	MaxWait time.Duration
+
+	// MaxServerWait is the longest a request waits for what a server
+	// asked: a pause (a Retry-After) or a spent quota's reset. A request
+	// that would wait longer fails at once with a [*QuotaError]. It
+	// bounds those waits within MaxWait, never the client-side limiter's,
+	// the Tracker's own pacing, or a Store's (which may be a place in
+	// the fleet's rate). Zero means MaxWait alone; negative means no
+	// server-asked wait is waited for. It is the Limit of
+	// policy.ServerWait: transport.New makes it the same as the stack's
+	// Retry.MaxRetryAfter (the shortest of MaxRetryAfter, MaxServerWait
+	// and MaxWait that are set), so that the request that got an ask and
+	// those that come after it wait as long.
+	MaxServerWait time.Duration
 
 	// MaxPause is the longest one server-asked pause (a Retry-After) or
 	// one exhausted quota's reset holds a host, or the quota's routes.
@@ -126,6 +138,20 @@ func (o Options) maxWait() time.Duration {
 		return DefaultMaxWait
 	}
 	return o.MaxWait
+}
+
+// maxServerWait is the longest server-asked wait: MaxServerWait within
+// MaxWait; negative when none is allowed.
+func (o Options) maxServerWait() time.Duration {
+	mw := o.maxWait()
+	switch s := o.MaxServerWait; {
+	case s == 0:
+		return mw
+	case s < 0 || mw < 0:
+		return -1
+	default:
+		return min(s, mw)
+	}
 }
 
 func (o Options) maxPause() time.Duration {

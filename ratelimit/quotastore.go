@@ -52,11 +52,13 @@ type fleetPlace struct {
 // the store says, within the same budget as every other wait: a wait that
 // cannot end in time is not started, and the request fails at once with
 // a [*QuotaError]. A store that cannot be reached answers with its own
-// fallback wait; the request is never failed for that.
+// fallback wait; the request is never failed for that. The budget is
+// MaxWait's: the store's wait may be a place in the fleet's rate, which
+// no server asked for, and Take does not say whether it is one or a pause.
 func (w *waiter) fleetTake(res *Reservation) error {
 	now := time.Now()
 	var maxWait time.Duration // no wait allowed
-	if limit, strict, ok := w.budget(); ok {
+	if limit, strict, ok := w.budget(false); ok {
 		if maxWait = limit.Sub(now); strict {
 			maxWait-- // must end before the deadline
 		}

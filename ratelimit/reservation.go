@@ -46,7 +46,8 @@ type Reservation struct {
 // describes, and returns its [Reservation], to be settled once r has been
 // sent or given up. The error is a [*QuotaError] (matching
 // [ErrQuotaExhausted]) when the wait would not end before r's context
-// deadline or [Options.MaxWait], and r's context error when the context
+// deadline or [Options.MaxWait] ([Options.MaxServerWait] for a
+// server-asked one), and r's context error when the context
 // has ended by the time the host's quotas let r go (a host with nothing
 // known lets it go at once, without a look at the context); the
 // Reservation is then the zero one, with nothing to settle.

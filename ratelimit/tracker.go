@@ -86,7 +86,8 @@ import (
 //     burst.
 //
 // A wait that cannot end before the request's context deadline or
-// [Options.MaxWait] is not started: Reserve returns a [*QuotaError] at
+// [Options.MaxWait] (for a pause or a quota's reset, also
+// [Options.MaxServerWait]) is not started: Reserve returns a [*QuotaError] at
 // once. Cancelling the context ends every wait at once. Apart from the
 // server's resets and Retry-After, no wait of the Tracker's own making
 // (the pause after a bare 429, the release spread) lasts more than a
@@ -210,7 +211,8 @@ func (t *Tracker) Quota(r *http.Request) (Quota, bool) {
 // RefusedAt returns the error that Reserve would return at once for r
 // if r came at the time at, as the host's quotas stand: the host's pause
 // (a Retry-After), or a spent quota that counts r, holds it past what its
-// wait may take (r's context deadline, or Options.MaxWait after at). It
+// wait may take (r's context deadline, or Options.MaxServerWait within
+// Options.MaxWait after at). It
 // reserves nothing, and asks no [QuotaStore]; nil when nothing known
 // would refuse r then. (A pause's release spread, under a second, is not
 // foreseen.) A Retry above asks it before it waits for its next attempt,
@@ -236,7 +238,7 @@ func (t *Tracker) RefusedAtWithin(r *http.Request, at, deadline time.Time) error
 		return nil
 	}
 	w := waiter{t: t, r: r, k: k, st: st, start: at, deadline: deadline} // the wait Reserve would start at at
-	if w.pastBudget(v.until) || !v.asked.IsZero() && w.pastBudget(v.asked) {
+	if srv := serverAsked(v.reason); w.pastBudget(v.until, srv) || !v.asked.IsZero() && w.pastBudget(v.asked, srv) {
 		return w.refusal(at, v)
 	}
 	return nil

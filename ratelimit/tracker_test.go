@@ -113,6 +113,10 @@ func TestTrackerFailsFast(t *testing.T) {
 		{"MaxWait at reset", Options{MaxWait: 2 * time.Second}, 0, 2 * time.Second, false},
 		{"default MaxWait 60s", Options{}, 0, 61 * time.Second, true},
 		{"negative MaxWait never waits", Options{MaxWait: -1}, 0, time.Second, true},
+		{"MaxServerWait below reset", Options{MaxServerWait: time.Second}, 0, 2 * time.Second, true},
+		{"MaxServerWait at reset", Options{MaxServerWait: 2 * time.Second}, 0, 2 * time.Second, false},
+		{"MaxServerWait over MaxWait", Options{MaxWait: time.Second, MaxServerWait: 5 * time.Second}, 0, 2 * time.Second, true},
+		{"negative MaxServerWait never waits for a reset", Options{MaxServerWait: -1}, 0, time.Second, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -523,6 +527,43 @@ func TestTrackerClientRateFailsFast(t *testing.T) {
 	})
 }
 
+// MaxServerWait bounds only the waits a server asked for: the client-side
+// limiter's wait is bounded by MaxWait alone, so a request at a rate of 1
+// a second waits its second, whatever MaxServerWait says.
+func TestTrackerClientRateIgnoresMaxServerWait(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want time.Duration // the second request's wait; -1: refused at once
+	}{
+		{"MaxServerWait unset", Options{Rate: 1}, time.Second},
+		{"MaxServerWait 100ms", Options{Rate: 1, MaxServerWait: 100 * time.Millisecond}, time.Second},
+		{"MaxServerWait negative", Options{Rate: 1, MaxServerWait: -1}, time.Second},
+		{"MaxWait 500ms", Options{Rate: 1, MaxWait: 500 * time.Millisecond, MaxServerWait: time.Minute}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr := NewTracker(tc.o)
+				r := newReq(t, nil, "https://api.example.com/x")
+				if took, err := timedWait(tr, r); err != nil || took != 0 {
+					t.Fatalf("first Wait = %v after %v, want nil at once", err, took)
+				}
+				took, err := timedWait(tr, r)
+				if tc.want < 0 {
+					var qe *QuotaError
+					if !errors.As(err, &qe) || qe.Reason != ReasonClientRate || took != 0 {
+						t.Errorf("second Wait = %v after %v, want a client-rate QuotaError at once", err, took)
+					}
+					return
+				}
+				if err != nil || took != tc.want {
+					t.Errorf("second Wait = %v after %v, want nil after %v", err, took, tc.want)
+				}
+			})
+		})
+	}
+}
+
 func TestTrackerKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var keys []string
@@ -779,6 +820,8 @@ func TestTrackerRefusedAt(t *testing.T) {
 		{"paused past the deadline", Options{}, retryAfter60, "https://api.github.com/repos/o/r", 10 * time.Second, true},
 		{"paused, the wait fits", Options{}, retryAfter60, "https://api.github.com/repos/o/r", 2 * time.Minute, false},
 		{"paused past MaxWait", Options{MaxWait: 30 * time.Second}, retryAfter60, "https://api.github.com/repos/o/r", 0, true},
+		{"paused past MaxServerWait", Options{MaxServerWait: 30 * time.Second}, retryAfter60, "https://api.github.com/repos/o/r", 0, true},
+		{"quota spent past MaxServerWait", Options{MaxServerWait: 30 * time.Second}, searchSpent, "https://api.github.com/search/issues", 0, true},
 		{"its quota spent past the deadline", Options{}, searchSpent, "https://api.github.com/search/issues", 10 * time.Second, true},
 		{"another route's quota spent", Options{}, searchSpent, "https://api.github.com/repos/o/r", 10 * time.Second, false},
 		{"quotas never hold (Reserve < 0)", Options{Reserve: -1}, searchSpent, "https://api.github.com/search/issues", 10 * time.Second, false},

@@ -39,7 +39,7 @@ func (w *waiter) admit(res *Reservation) error {
 			a.giveUp = true // one round of news at most; then go on what is known
 			continue
 		}
-		if !v.asked.IsZero() && w.pastBudget(v.asked) {
+		if !v.asked.IsZero() && w.pastBudget(v.asked, serverAsked(v.reason)) {
 			// The server's own end is past the budget: MaxPause holds
 			// the host for less, but this request would wait to fail.
 			return w.reject(v.asked.Sub(now), v.asked, v.reason, w.refusal(now, v))
@@ -51,9 +51,14 @@ func (w *waiter) admit(res *Reservation) error {
 }
 
 // budget returns the latest time a wait may end: start+MaxWait, or the
-// request's deadline if sooner. ok is false when no wait is allowed.
-func (w *waiter) budget() (limit time.Time, strict bool, ok bool) {
+// request's deadline if sooner. server says the wait is one a server
+// asked for (see serverAsked), which MaxServerWait bounds too. ok is
+// false when no wait is allowed.
+func (w *waiter) budget(server bool) (limit time.Time, strict bool, ok bool) {
 	mw := w.t.o.maxWait()
+	if server {
+		mw = w.t.o.maxServerWait()
+	}
 	if mw < 0 {
 		return time.Time{}, false, false
 	}
@@ -69,9 +74,10 @@ func (w *waiter) budget() (limit time.Time, strict bool, ok bool) {
 }
 
 // pastBudget reports whether a wait until until would end past the
-// budget: after start+MaxWait, or at or after the request's deadline.
-func (w *waiter) pastBudget(until time.Time) bool {
-	limit, strict, ok := w.budget()
+// budget (see budget): after start+MaxWait (or MaxServerWait, for a
+// server-asked wait), or at or after the request's deadline.
+func (w *waiter) pastBudget(until time.Time, server bool) bool {
+	limit, strict, ok := w.budget(server)
 	return !ok || until.After(limit) || (strict && !until.Before(limit))
 }
 
@@ -89,7 +95,7 @@ func (w *waiter) sleepFor(now time.Time, v verdict) error {
 	if d <= 0 {
 		return nil
 	}
-	if w.pastBudget(until) {
+	if w.pastBudget(until, serverAsked(reason)) {
 		if own && w.waited {
 			return nil
 		}
@@ -117,7 +123,7 @@ func (w *waiter) sleepFor(now time.Time, v verdict) error {
 // awaitNews waits for the next response of the host, at most
 // awaitNewsMax, and not at all when the request's deadline is nearer.
 func (w *waiter) awaitNews(now time.Time, news <-chan struct{}) error {
-	limit, _, ok := w.budget()
+	limit, _, ok := w.budget(true)
 	if !ok || limit.Sub(now) <= awaitNewsMax {
 		return nil
 	}
@@ -139,6 +145,18 @@ func (w *waiter) awaitNews(now time.Time, news <-chan struct{}) error {
 	}
 }
 
+// serverAsked reports whether a wait for reason is one a server asked
+// for: a pause (Retry-After), a spent quota's reset, or the news of a
+// quota's new window. [Options.MaxServerWait] bounds those; the waits of
+// the Tracker's own making and the client-side limiter's, only MaxWait.
+func serverAsked(reason string) bool {
+	switch reason {
+	case ReasonRetryAfter, ReasonQuota, ReasonAwaitQuota:
+		return true
+	}
+	return false
+}
+
 // awaitNewsMax bounds a wait for the first response of a new window
 // whose reset is not known yet; past it, the request goes anyway.
 const awaitNewsMax = time.Second
@@ -153,7 +171,7 @@ func (w *waiter) clientPlace(res *Reservation) error {
 	if !cr.OK() {
 		return w.reject(w.t.o.maxWait(), now.Add(w.t.o.maxWait()), ReasonClientRate, nil)
 	}
-	if d := cr.DelayFrom(now); d > 0 && w.pastBudget(now.Add(d)) {
+	if d := cr.DelayFrom(now); d > 0 && w.pastBudget(now.Add(d), false) {
 		cr.CancelAt(now)
 		return w.reject(d, now.Add(d), ReasonClientRate, nil)
 	}

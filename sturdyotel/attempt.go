@@ -94,7 +94,7 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	var errType attribute.KeyValue // error.type for an error status
 	var proto attribute.KeyValue   // network.protocol.version, when the response says
 	if err != nil {
-		outcome = errorType(err)
+		outcome = errorType(ctx, err)
 	} else {
 		outcome = semconv.HTTPResponseStatusCode(resp.StatusCode)
 		if resp.StatusCode >= 400 {
@@ -135,7 +135,7 @@ func (a *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		span.End()
 		return resp, nil
 	}
-	resp.Body = endWithBody(resp.Body, span)
+	resp.Body = endWithBody(ctx, resp.Body, span)
 	return resp, nil
 }
 
@@ -167,6 +167,7 @@ var errNilResponse = errors.New("sturdyotel: RoundTripper returned a nil *Respon
 // closed, whichever comes first.
 type spanBody struct {
 	io.ReadCloser
+	ctx   context.Context // the request's: a failed read's error.type reads it
 	span  trace.Span
 	ended atomic.Bool
 }
@@ -176,8 +177,8 @@ type spanRWBody struct{ *spanBody }
 
 func (b spanRWBody) Write(p []byte) (int, error) { return b.ReadCloser.(io.Writer).Write(p) }
 
-func endWithBody(body io.ReadCloser, span trace.Span) io.ReadCloser {
-	sb := &spanBody{ReadCloser: body, span: span}
+func endWithBody(ctx context.Context, body io.ReadCloser, span trace.Span) io.ReadCloser {
+	sb := &spanBody{ReadCloser: body, ctx: ctx, span: span}
 	if _, ok := body.(io.ReadWriteCloser); ok {
 		return spanRWBody{sb}
 	}
@@ -190,7 +191,7 @@ func (b *spanBody) Read(p []byte) (int, error) {
 	case err == io.EOF:
 		b.end()
 	case err != nil && !b.ended.Load():
-		b.span.SetAttributes(errorType(err))
+		b.span.SetAttributes(errorType(b.ctx, err))
 		b.span.SetStatus(codes.Error, err.Error())
 	}
 	return n, err
@@ -288,11 +289,11 @@ func redactedURL(u *url.URL) string {
 	return c.String()
 }
 
-// errorType is error.type for err: a word for sturdy's refusals
-// ("circuit_open", "throttled", "quota_exhausted", "concurrency_limit"), "canceled" or
-// "timeout" for a context's end or a network timeout, else the error's
-// type, as the conventions suggest.
-func errorType(err error) attribute.KeyValue {
+// errorType is error.type for err, which ended a request of ctx: a word
+// for sturdy's refusals ("circuit_open", "throttled", "quota_exhausted",
+// "concurrency_limit"), "canceled" or "timeout" for a context's end or a
+// network timeout, else the error's type, as the conventions suggest.
+func errorType(ctx context.Context, err error) attribute.KeyValue {
 	var ne net.Error
 	switch {
 	case errors.Is(err, transport.ErrCircuitOpen):
@@ -303,10 +304,22 @@ func errorType(err error) attribute.KeyValue {
 		return semconv.ErrorTypeKey.String("quota_exhausted")
 	case errors.Is(err, transport.ErrConcurrencyLimit):
 		return semconv.ErrorTypeKey.String("concurrency_limit")
-	case errors.Is(err, context.Canceled):
+	case canceled(ctx, err):
 		return semconv.ErrorTypeKey.String("canceled")
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return semconv.ErrorTypeKey.String("timeout")
 	}
 	return semconv.ErrorType(err)
+}
+
+// canceled reports whether err ended a request of ctx that was canceled:
+// err is context.Canceled, or ctx ended as context.Canceled with a cause
+// that is not a deadline, as a caller's cancel(cause) ends it; net/http
+// then returns the cause. A bound of sturdy's cancels with a
+// [*transport.DeadlineError], a timeout. It is the rule that the core
+// judges an attempt by (Outcome.Canceled), kept here since the core's
+// is internal.
+func canceled(ctx context.Context, err error) bool {
+	return errors.Is(err, context.Canceled) ||
+		ctx.Err() == context.Canceled && !errors.Is(context.Cause(ctx), context.DeadlineExceeded)
 }

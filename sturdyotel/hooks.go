@@ -122,7 +122,7 @@ func (t *Telemetry) Hooks() transport.Hooks {
 				errors.Is(e.Err, transport.ErrConcurrencyLimit):
 				// Unsent: OnThrottle, OnRateLimitReject and OnConcurrencyRefuse report these.
 			default:
-				add(ctx, in.attempts, append(attrs, outcome(e.Status, e.Err)...))
+				add(ctx, in.attempts, append(attrs, outcome(ctx, e.Status, e.Err)...))
 			}
 		},
 		OnRetry: func(e policy.RetryEvent) {
@@ -140,7 +140,7 @@ func (t *Telemetry) Hooks() transport.Hooks {
 				attribute.Int(attrAttempt, e.Attempt),
 				attribute.Float64(attrWait, e.Wait.Seconds()),
 				attribute.String(attrWaitReason, wait)),
-				outcome(e.Status, e.Err)...)...)
+				outcome(ctx, e.Status, e.Err)...)...)
 		},
 		OnGiveUp: func(e policy.GiveUpEvent) {
 			if quiet(reqContext(e.Request), in.giveUps, in.budget) {
@@ -154,7 +154,7 @@ func (t *Telemetry) Hooks() transport.Hooks {
 			add(ctx, in.giveUps, attrs)
 			event(ctx, EventGiveUp, append(append(attrs,
 				attribute.Int(attrAttempts, e.Attempts)),
-				outcome(e.Status, e.Err)...)...)
+				outcome(ctx, e.Status, e.Err)...)...)
 		},
 		OnBreakerStateChange: func(key string, from, to transport.BreakerState) {
 			add(context.Background(), in.breakerChanges, []attribute.KeyValue{
@@ -289,10 +289,11 @@ func requestAttrs(r *http.Request, extra int) (context.Context, []attribute.KeyV
 	return r.Context(), attrs
 }
 
-// outcome is http.response.status_code, or error.type for an error.
-func outcome(status int, err error) []attribute.KeyValue {
+// outcome is http.response.status_code, or error.type for an error that
+// ended a request of ctx.
+func outcome(ctx context.Context, status int, err error) []attribute.KeyValue {
 	if err != nil {
-		return []attribute.KeyValue{errorType(err)}
+		return []attribute.KeyValue{errorType(ctx, err)}
 	}
 	if status == 0 {
 		return nil

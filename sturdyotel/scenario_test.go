@@ -33,6 +33,9 @@ func call(p *pipeline, c *http.Client, ctx context.Context, name, url string) (i
 	return resp.StatusCode, nil
 }
 
+// errUserLeft is the cause a caller cancels its call with.
+var errUserLeft = errors.New("user left")
+
 func TestScenarios(t *testing.T) {
 	type result struct {
 		status int
@@ -44,6 +47,7 @@ func TestScenarios(t *testing.T) {
 		options transport.Options
 		calls   int
 		cancel  time.Duration // cancel the last call's context after this long
+		cause   error         // with this cause (context.WithCancelCause); nil: none
 		want    []result
 		tree    string
 		metrics string
@@ -178,6 +182,22 @@ call 1 internal +0s 1s
 http.client.request.duration{error.type=canceled http.request.method=GET server.address=api.test server.port=80} count=1 sum=1
 sturdy.client.attempts{error.type=canceled http.request.method=GET server.address=api.test server.port=80} = 1
 sturdy.client.give_ups{http.request.method=GET server.address=api.test server.port=80 sturdy.give_up.reason=canceled} = 1`,
+	}, {
+		// net/http returns the cause of a cancel(cause), not
+		// context.Canceled: the call is still a cancel.
+		name:   "call canceled with a cause",
+		steps:  []httptestutil.Step{httptestutil.Hang()},
+		cancel: time.Second,
+		cause:  errUserLeft,
+		want:   []result{{err: errUserLeft}},
+		tree: `
+call 1 internal +0s 1s
+  event sturdy.give_up +1s {error.type=canceled sturdy.attempts=1 sturdy.give_up.reason=canceled}
+  GET client +0s 1s status=Error {error.type=canceled http.request.method=GET server.address=api.test server.port=80 sturdy.attempt=1 sturdy.idempotency_key.present=false url.full=http://api.test/things}`,
+		metrics: `
+http.client.request.duration{error.type=canceled http.request.method=GET server.address=api.test server.port=80} count=1 sum=1
+sturdy.client.attempts{error.type=canceled http.request.method=GET server.address=api.test server.port=80} = 1
+sturdy.client.give_ups{http.request.method=GET server.address=api.test server.port=80 sturdy.give_up.reason=canceled} = 1`,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -199,9 +219,9 @@ sturdy.client.give_ups{http.request.method=GET server.address=api.test server.po
 					for i := range calls {
 						ctx := context.Background()
 						if tt.cancel > 0 && i == calls-1 {
-							var cancel context.CancelFunc
-							ctx, cancel = context.WithCancel(ctx)
-							stop := time.AfterFunc(tt.cancel, cancel)
+							var cancel context.CancelCauseFunc
+							ctx, cancel = context.WithCancelCause(ctx)
+							stop := time.AfterFunc(tt.cancel, func() { cancel(tt.cause) })
 							defer stop.Stop()
 						}
 						status, err := call(p, c, ctx, "call "+strconv.Itoa(i+1), "http://api.test/things")

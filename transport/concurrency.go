@@ -11,6 +11,7 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/internal/slots"
 	"github.com/sturdyhttp/sturdy/internal/stream"
+	"github.com/sturdyhttp/sturdy/internal/verdict"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -186,8 +187,12 @@ func concOutcome(req *http.Request, resp *http.Response, err error) policy.Concu
 		if !policy.StatusAccepted(resp.StatusCode) { // a 5xx or a 429
 			return policy.ConcurrencyLoss
 		}
-		if _, ok := resp.Body.(*stream.Ahead); ok {
-			return policy.ConcurrencyUntimed // a stream held to its first event: its wait is the model's, not the host's load
+		if stream.Is(resp) {
+			// A stream's wait (to its first event, with a FirstEvent
+			// beneath) is the model's, not the host's load. Told by its
+			// media type, not by what a layer beneath made of its body,
+			// which a RoundTripper between them may wrap.
+			return policy.ConcurrencyUntimed
 		}
 		return policy.ConcurrencyServed
 	}
@@ -197,11 +202,12 @@ func concOutcome(req *http.Request, resp *http.Response, err error) policy.Concu
 
 // canceled reports whether an attempt that failed with err was
 // canceled, by its caller or for a hedge that won, rather than cut by a
-// deadline: a bound of New's ends its context with a cancel whose cause
-// is a [*DeadlineError], which is a timeout.
+// deadline, as [verdict.Canceled] says of its context: a bound of New's
+// ends its context with a cancel whose cause is a [*DeadlineError],
+// which is a timeout.
 func canceled(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
-		return !errors.Is(context.Cause(ctx), context.DeadlineExceeded)
+		return verdict.Canceled(ctx)
 	}
 	return errors.Is(err, context.Canceled)
 }
@@ -218,25 +224,35 @@ func (t *concurrencyTransport) wait(req *http.Request, h *slots.Host) error {
 	now := time.Now()
 	dl, hasDeadline := deadlineOf(ctx) // New's Timeout included
 	d, ok := h.Lim.Wait(h.Waiting(), dl.Sub(now), hasDeadline)
-	if !ok {
-		return t.refuse(req, h, 0, nil)
+	for {
+		if !ok {
+			return t.refuse(req, h, time.Since(now), nil)
+		}
+		got, done, again := h.Wait(ctx, d)
+		if got {
+			return nil
+		}
+		if !again {
+			waited := time.Since(now)
+			switch {
+			case done == nil && hasDeadline && time.Until(dl) <= h.Lim.Reference():
+				// The operation has no time left for an attempt: its time ran
+				// out while it waited.
+				return t.refuse(req, h, waited, context.DeadlineExceeded)
+			case done == nil:
+				return t.refuse(req, h, waited, nil)
+			case errors.Is(done, context.DeadlineExceeded):
+				return t.refuse(req, h, waited, done)
+			}
+			return done // canceled by the caller: not a refusal
+		}
+		// The host strained while the request waited as the rule for a
+		// host that keeps up allows: it may wait on only as long as the
+		// rule for a strained host allows, counting what it waited.
+		d, ok = h.Lim.Wait(h.Waiting(), time.Until(dl), hasDeadline)
+		d = min(d, h.Lim.Reference()-time.Since(now))
+		ok = ok && d > 0
 	}
-	got, done := h.Wait(ctx, d)
-	if got {
-		return nil
-	}
-	waited := time.Since(now)
-	switch {
-	case done == nil && hasDeadline && time.Until(dl) <= h.Lim.Reference():
-		// The operation has no time left for an attempt: its time ran
-		// out while it waited.
-		return t.refuse(req, h, waited, context.DeadlineExceeded)
-	case done == nil:
-		return t.refuse(req, h, waited, nil)
-	case errors.Is(done, context.DeadlineExceeded):
-		return t.refuse(req, h, waited, done)
-	}
-	return done // canceled by the caller: not a refusal
 }
 
 // refuse returns the error of req refused by h's limit, and reports it.

@@ -47,7 +47,9 @@ func Deadline(d time.Duration) Middleware {
 // or IdleTimeout of [New]. [context.Cause] of the request's context gives
 // it too. It matches [context.DeadlineExceeded] with errors.Is, and its
 // Timeout method reports true. A [Breaker] counts it as a failure of the
-// host, unlike the caller's own deadline.
+// host, unlike the caller's own deadline. When the bound ended a wait for
+// a [Concurrency] slot, it says which limit, and matches
+// [ErrConcurrencyLimit] too: errors.As finds the [*ConcurrencyLimitError].
 type DeadlineError struct {
 	// Bound names the bound: "Timeout", "AttemptTimeout" or
 	// "IdleTimeout" for those of [New], empty for a [Deadline].
@@ -61,38 +63,59 @@ type DeadlineError struct {
 	Attempts int
 
 	op *RetryError // Retry's account of the operation, when Attempts is set
+	// slot is the refusal of a [Concurrency] layer whose wait for a slot
+	// the bound ended; nil when the bound ended something else.
+	slot *ConcurrencyLimitError
 }
 
 // Error names the bound and its limit, as in "transport: Timeout of 10m0s
-// exceeded".
+// exceeded", and what the operation was doing when that is known: how many
+// attempts it made, or the concurrency limit whose slot it waited for.
 func (e *DeadlineError) Error() string {
 	switch e.Bound {
 	case "":
-		return "transport: deadline of " + e.Limit.String() + " exceeded"
+		return "transport: deadline of " + e.Limit.String() + " exceeded" + e.waiting()
 	case boundIdle:
 		return "transport: IdleTimeout of " + e.Limit.String() + " exceeded: the response body delivered no byte for " + e.Limit.String()
 	}
-	return "transport: " + e.Bound + " of " + e.Limit.String() + " exceeded" + e.after()
+	return "transport: " + e.Bound + " of " + e.Limit.String() + " exceeded" + e.waiting()
 }
 
-// after says how many attempts were made, when that is known.
-func (e *DeadlineError) after() string {
+// waiting says how many attempts were made, when that is known, and the
+// concurrency limit the operation waited for a slot of, if any.
+func (e *DeadlineError) waiting() string {
+	s := ""
 	switch {
-	case e.op == nil:
-		return ""
+	case e.op == nil || e.slot != nil && e.Attempts == 0:
 	case e.Attempts == 1:
-		return " after 1 attempt"
+		s = " after 1 attempt"
+	default:
+		s = " after " + strconv.Itoa(e.Attempts) + " attempts"
 	}
-	return " after " + strconv.Itoa(e.Attempts) + " attempts"
+	if c := e.slot; c != nil {
+		if s != "" {
+			s += ","
+		}
+		s += " while waiting for a concurrency slot of " + c.Host + " (limit " + strconv.Itoa(c.Limit) +
+			", " + strconv.Itoa(c.InFlight) + " in flight)"
+		if e.Attempts == 0 {
+			s += ": not sent"
+		}
+	}
+	return s
 }
 
 // Unwrap returns Retry's [*RetryError] for the operation the bound ended,
-// when there is one, so that errors.As finds it; nil otherwise.
+// when there is one, else the [*ConcurrencyLimitError] of a wait for a
+// slot the bound ended, so that errors.As finds them; nil otherwise.
 func (e *DeadlineError) Unwrap() error {
-	if e.op == nil {
-		return nil
+	switch {
+	case e.op != nil:
+		return e.op
+	case e.slot != nil:
+		return e.slot
 	}
-	return e.op
+	return nil
 }
 
 // Is reports whether target is [context.DeadlineExceeded].

@@ -156,7 +156,9 @@ type Options struct {
 	// RateLimit configures how server quotas are honoured; see
 	// [ratelimit.Options] for its defaults. Its MaxHosts also bounds the
 	// one table that holds every layer's per-host state. Zero MaxHosts
-	// means 10,000 hosts here.
+	// means 10,000 hosts here. Its MaxServerWait is made the same as
+	// Retry.MaxRetryAfter (see policy.ServerWaitLimit); its MaxWait, the
+	// bound of the client-side rate, is kept as set.
 	RateLimit ratelimit.Options
 
 	// Idempotency configures the idempotency keys; see
@@ -341,8 +343,11 @@ func newParts(o Options) *parts {
 	if on := o.Disable & (LayerRetry | LayerRateLimit); on == 0 {
 		// One limit on a server-asked wait, for the request that got the
 		// ask and those its host holds after it (policy.ServerWait).
-		lim := policy.ServerWaitLimit(o.Retry.MaxRetryAfter, o.RateLimit.MaxWait)
-		o.Retry.MaxRetryAfter, o.RateLimit.MaxWait = lim, lim
+		// MaxWait keeps bounding the client-side limiter on its own: a
+		// cap on what servers may ask does not fail the caller's rate.
+		lim := policy.ServerWaitLimit(o.Retry.MaxRetryAfter, o.RateLimit.MaxServerWait)
+		lim = policy.ServerWaitLimit(lim, o.RateLimit.MaxWait)
+		o.Retry.MaxRetryAfter, o.RateLimit.MaxServerWait = lim, lim
 	}
 	p := &parts{o: o, reg: hosts.New(hosts.Options{MaxHosts: o.RateLimit.MaxHosts}), limit: o.Timeout, idle: o.IdleTimeout}
 	if p.limit == 0 {

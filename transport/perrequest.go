@@ -59,16 +59,26 @@ func (c *retryConfig) forRequest(req *http.Request) *retryConfig {
 
 // withAttempts returns the error a bound reports when its deadline, cut,
 // ended an operation whose error beneath was err: cut itself, or, when
-// err says how many attempts were made (a [*RetryError]), a copy of cut
-// that says so too and wraps err.
+// err says how many attempts were made (a [*RetryError]) or that the
+// operation waited for a concurrency slot (a [*ConcurrencyLimitError]), a
+// copy of cut that says so too and wraps err.
 func withAttempts(cut, err error) error {
 	var re *RetryError
+	var ce *ConcurrencyLimitError
 	de, ok := cut.(*DeadlineError)
-	if !ok || !errors.As(err, &re) {
+	if !ok {
+		return cut
+	}
+	hasRe, hasCe := errors.As(err, &re), errors.As(err, &ce)
+	if !hasRe && !hasCe {
 		return cut
 	}
 	d := *de
-	d.Attempts = re.Attempts
-	d.op = re
+	if hasRe {
+		d.Attempts, d.op = re.Attempts, re
+	}
+	if hasCe {
+		d.slot = ce
+	}
 	return &d
 }

@@ -27,8 +27,9 @@ import (
 //     Once the host has shown that it refuses only the excess, a 429's
 //     Retry-After slows that pace instead of pausing the host. One pause
 //     lasts at most o.MaxPause (a minute by default).
-//   - A wait that cannot end before the request's deadline or o.MaxWait is
-//     not started. RoundTrip returns at once a [*ratelimit.QuotaError]
+//   - A wait that cannot end before the request's deadline or o.MaxWait
+//     (for a pause or a quota's reset, also o.MaxServerWait) is not
+//     started. RoundTrip returns at once a [*ratelimit.QuotaError]
 //     that matches [ratelimit.ErrQuotaExhausted] and says when the quota
 //     resets. [Retry] does not retry it.
 //   - A request that never reached the server uses no quota: its

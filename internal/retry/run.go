@@ -18,6 +18,7 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/reqbody"
 	"github.com/sturdyhttp/sturdy/internal/respbody"
 	"github.com/sturdyhttp/sturdy/internal/timecut"
+	"github.com/sturdyhttp/sturdy/internal/verdict"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -209,6 +210,7 @@ func (o *Run) decide(r *http.Request, resp *http.Response, err error) (policy.St
 			Attempt:      o.n,
 			Keyed:        policy.HasKey(o.Req, c.KeyHeader),
 			NotConnected: o.watch != nil && err != nil && o.watch.NotConnected(),
+			Canceled:     verdict.Canceled(r.Context()), // a cause's error cannot say
 			Now:          now,
 		},
 		SafeToResend: o.safe,
@@ -285,7 +287,7 @@ func (o *Run) wait(step policy.Step, now time.Time, resp *http.Response, err err
 	if serr := Sleep(o.ctx, step.Wait-time.Since(now)); serr != nil {
 		reqbody.CloseBody(next)
 		reason := policy.ReasonDeadline
-		if errors.Is(serr, context.Canceled) {
+		if verdict.Canceled(o.ctx) {
 			reason = policy.ReasonCanceled
 		}
 		resp, err := st.End(o.Req, o.n, o.Waited+time.Since(now), nil, serr, policy.Step{Reason: reason})

@@ -26,6 +26,7 @@ type Host struct {
 type waiter struct {
 	ready   chan struct{}
 	granted bool // under the host's mu
+	recheck bool // under the host's mu: woken to ask the limit again
 }
 
 // Live reports whether h must be kept: requests hold or wait for its
@@ -41,13 +42,31 @@ func (h *Host) Waiting() int { return int(h.waiting.Load()) }
 // [policy.ConcurrencyLimit.Release]), and hands free slots to the
 // requests waiting.
 func (h *Host) Release(now time.Time, rtt time.Duration, o policy.ConcurrencyOutcome) (changed bool, from, to int) {
+	eager := h.Lim.Eager()
 	changed, from, to = h.Lim.Release(now, rtt, o)
 	if h.waiting.Load() > 0 {
 		h.mu.Lock()
 		h.grantLocked()
+		if eager && !h.Lim.Eager() {
+			h.recheckLocked()
+		}
 		h.mu.Unlock()
 	}
 	return changed, from, to
+}
+
+// recheckLocked wakes every request still waiting, to ask the limit
+// again: the host strained, and the waits it allowed while the host kept
+// up are no longer allowed (see [policy.ConcurrencyLimit.Wait]). h.mu is
+// held.
+func (h *Host) recheckLocked() {
+	for i, w := range h.queue {
+		w.recheck = true
+		close(w.ready)
+		h.queue[i] = nil
+	}
+	h.waiting.Add(-int32(len(h.queue)))
+	h.queue = h.queue[:0]
 }
 
 // grantLocked gives free slots to the first requests waiting. h.mu is
@@ -69,7 +88,9 @@ func (h *Host) grantLocked() {
 
 // Wait waits for a slot of h for at most d, or until ctx is done. It
 // reports whether it took one; done is ctx's cause when ctx ended the
-// wait (a slot granted as it did is given back).
+// wait (a slot granted as it did is given back); again, that the wait
+// was cut short for the request to ask the limit again, since the host
+// strained.
 //
 // A slot that frees goes to the request that came last. Under a burst
 // below capacity, every waiter gets one soon either way. Under overload,
@@ -77,7 +98,7 @@ func (h *Host) grantLocked() {
 // wait may last and then send it late; last come first served sends most
 // requests at once and refuses those that waited longest, which would
 // have been late anyway.
-func (h *Host) Wait(ctx context.Context, d time.Duration) (ok bool, done error) {
+func (h *Host) Wait(ctx context.Context, d time.Duration) (ok bool, done error, again bool) {
 	w := &waiter{ready: make(chan struct{})}
 	h.mu.Lock()
 	h.queue = append(h.queue, w)
@@ -89,14 +110,17 @@ func (h *Host) Wait(ctx context.Context, d time.Duration) (ok bool, done error) 
 	defer timer.Stop()
 	select {
 	case <-w.ready:
-		return true, nil
+		h.mu.Lock()
+		again = w.recheck
+		h.mu.Unlock()
+		return !again, nil, again
 	case <-timer.C:
 	case <-ctx.Done():
 		done = context.Cause(ctx)
 	}
 	h.mu.Lock()
-	granted := w.granted
-	if !granted {
+	granted, again := w.granted, w.recheck
+	if !granted && !again {
 		for i, q := range h.queue {
 			if q == w {
 				h.queue = append(h.queue[:i], h.queue[i+1:]...)
@@ -108,9 +132,9 @@ func (h *Host) Wait(ctx context.Context, d time.Duration) (ok bool, done error) 
 	h.mu.Unlock()
 	if granted {
 		if done == nil {
-			return true, nil // granted as the wait ended: use it
+			return true, nil, false // granted as the wait ended: use it
 		}
 		h.Release(time.Now(), 0, policy.ConcurrencyIgnored)
 	}
-	return false, done
+	return false, done, again && done == nil
 }

@@ -29,7 +29,7 @@ func TestWaitLastComeFirstServed(t *testing.T) {
 		got := make(chan int, 3)
 		for i := range 3 {
 			go func() {
-				ok, done := h.Wait(context.Background(), time.Second)
+				ok, done, _ := h.Wait(context.Background(), time.Second)
 				if done != nil {
 					t.Errorf("waiter %d: done %v, want nil", i, done)
 				}
@@ -70,7 +70,7 @@ func TestWaitCanceled(t *testing.T) {
 			time.Sleep(time.Millisecond)
 			cancel(errCaller)
 		}()
-		ok, done := h.Wait(ctx, time.Hour)
+		ok, done, _ := h.Wait(ctx, time.Hour)
 		if ok || done != errCaller {
 			t.Errorf("Wait = %v, %v; want false, %v", ok, done, errCaller)
 		}

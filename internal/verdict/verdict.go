@@ -5,6 +5,7 @@ package verdict
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync/atomic"
 
@@ -16,7 +17,8 @@ import (
 // An attempt is judged once: the first layer to ask (the innermost, as
 // the outcome travels up) judges it with [policy.Judge] and every fact
 // (status, error, whether the caller ended it, as callerEnded says of
-// req's context, whether a connection was made, as a watch of
+// req's context, whether it was canceled ([Canceled]), whether a
+// connection was made, as a watch of
 // [connwatch.NewShared] says) and keeps the verdict in k, the attempt's;
 // the layers above read it there. With a nil k (a layer used alone), or
 // an outcome other than the one kept, the attempt is judged here, by the
@@ -45,7 +47,18 @@ func judge(req *http.Request, resp *http.Response, err error, callerEnded func(c
 		notConnected = w.NotConnected()
 	}
 	return policy.Judge(policy.Outcome{Request: req, Response: resp, Err: err,
-		CallerEnded: err != nil && callerEnded(ctx), NotConnected: notConnected})
+		CallerEnded: err != nil && callerEnded(ctx), Canceled: err != nil && Canceled(ctx),
+		NotConnected: notConnected})
+}
+
+// Canceled reports whether ctx was canceled rather than cut by a
+// deadline: it ended as [context.Canceled], with a cause that does not
+// match [context.DeadlineExceeded]. A caller's cancel(cause) is a cancel;
+// a bound of the stack, which cancels with a *transport.DeadlineError,
+// and a deadline of the caller's, cause or none, are not. It is the one
+// rule: net/http returns the cause, so the error cannot tell.
+func Canceled(ctx context.Context) bool {
+	return ctx.Err() == context.Canceled && !errors.Is(context.Cause(ctx), context.DeadlineExceeded)
 }
 
 // Hook, when set, is called each time an attempt is judged: tests count
