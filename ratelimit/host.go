@@ -172,14 +172,15 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			res.releasedAt = slot
 			return verdict{until: slot, reason: ReasonReleaseRate, own: true}
 		}
-		if !ok && h.spreading(now) && h.excessOnly(now) && !h.thr.on(now) {
+		if !ok && h.nq == 0 && h.spreading(now) && h.excessOnly(now) && !h.thr.on(now) {
 			// The spread's places are all taken and it still runs: this
 			// request comes on top of the requests the pause held (the
 			// next one of a client whose released request succeeded).
 			// Rather than go at once, on top of the spread, it starts a
 			// blind guess, from the rate the spread releases at, that
 			// grows with its successes (see guessFrom): the host has
-			// shown that it refuses only the excess.
+			// shown that it refuses only the excess. A host that
+			// reports a quota is paced from what it reports instead.
 			h.thr.guessFrom(now, h.releaseRate(set))
 		}
 	}
