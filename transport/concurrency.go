@@ -169,6 +169,14 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 	case timed:
 		end = time.Now()
 		rtt = end.Sub(start)
+		if o == policy.ConcurrencyServed && stream.Is(resp) {
+			// A stream's wait (to its first event, with a FirstEvent
+			// beneath) is the model's, not the host's load. Told by its
+			// media type, not by what a layer beneath made of its body,
+			// which a RoundTripper between them may wrap; asked only of
+			// an attempt timed, the others teach no latency.
+			o = policy.ConcurrencyUntimed
+		}
 	case o == policy.ConcurrencyLoss:
 		end = time.Now() // a loss is always counted
 	case o == policy.ConcurrencyServed:
@@ -187,14 +195,7 @@ func concOutcome(req *http.Request, resp *http.Response, err error) policy.Concu
 		if !policy.StatusAccepted(resp.StatusCode) { // a 5xx or a 429
 			return policy.ConcurrencyLoss
 		}
-		if stream.Is(resp) {
-			// A stream's wait (to its first event, with a FirstEvent
-			// beneath) is the model's, not the host's load. Told by its
-			// media type, not by what a layer beneath made of its body,
-			// which a RoundTripper between them may wrap.
-			return policy.ConcurrencyUntimed
-		}
-		return policy.ConcurrencyServed
+		return policy.ConcurrencyServed // a stream is told by RoundTrip, when it is timed
 	}
 	v := verdictOf(req, resp, err) // the attempt's one verdict: a timeout of the caller's is a loss (Lost)
 	return policy.ConcurrencyOutcomeOf(v, 0, canceled(req.Context(), err))

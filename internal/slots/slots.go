@@ -19,6 +19,7 @@ type Host struct {
 	waiting atomic.Int32 // len(queue), read without the lock
 	mu      sync.Mutex
 	queue   []*waiter // last come, first served: see Wait
+	eager   int       // waiters in queue that came while the limit was eager
 }
 
 // waiter is a request waiting for a slot: ready is closed when it is
@@ -27,6 +28,7 @@ type waiter struct {
 	ready   chan struct{}
 	granted bool // under the host's mu
 	recheck bool // under the host's mu: woken to ask the limit again
+	eager   bool // came while the limit was eager (see [policy.ConcurrencyLimit.Eager])
 }
 
 // Live reports whether h must be kept: requests hold or wait for its
@@ -42,12 +44,11 @@ func (h *Host) Waiting() int { return int(h.waiting.Load()) }
 // [policy.ConcurrencyLimit.Release]), and hands free slots to the
 // requests waiting.
 func (h *Host) Release(now time.Time, rtt time.Duration, o policy.ConcurrencyOutcome) (changed bool, from, to int) {
-	eager := h.Lim.Eager()
 	changed, from, to = h.Lim.Release(now, rtt, o)
 	if h.waiting.Load() > 0 {
 		h.mu.Lock()
 		h.grantLocked()
-		if eager && !h.Lim.Eager() {
+		if h.eager > 0 && !h.Lim.Eager() {
 			h.recheckLocked()
 		}
 		h.mu.Unlock()
@@ -55,18 +56,24 @@ func (h *Host) Release(now time.Time, rtt time.Duration, o policy.ConcurrencyOut
 	return changed, from, to
 }
 
-// recheckLocked wakes every request still waiting, to ask the limit
-// again: the host strained, and the waits it allowed while the host kept
-// up are no longer allowed (see [policy.ConcurrencyLimit.Wait]). h.mu is
-// held.
+// recheckLocked wakes the requests that came to wait while the limit
+// was eager, to ask it again: the host strained, and the waits it
+// allowed while the host kept up are no longer allowed (see
+// [policy.ConcurrencyLimit.Wait]). h.mu is held.
 func (h *Host) recheckLocked() {
-	for i, w := range h.queue {
+	kept := h.queue[:0]
+	for _, w := range h.queue {
+		if !w.eager {
+			kept = append(kept, w)
+			continue
+		}
 		w.recheck = true
 		close(w.ready)
-		h.queue[i] = nil
 	}
-	h.waiting.Add(-int32(len(h.queue)))
-	h.queue = h.queue[:0]
+	clear(h.queue[len(kept):])
+	h.waiting.Add(-int32(len(h.queue) - len(kept)))
+	h.queue = kept
+	h.eager = 0
 }
 
 // grantLocked gives free slots to the first requests waiting. h.mu is
@@ -81,6 +88,9 @@ func (h *Host) grantLocked() {
 		h.queue[last] = nil
 		h.queue = h.queue[:last]
 		h.waiting.Add(-1)
+		if w.eager {
+			h.eager--
+		}
 		w.granted = true
 		close(w.ready)
 	}
@@ -99,10 +109,13 @@ func (h *Host) grantLocked() {
 // requests at once and refuses those that waited longest, which would
 // have been late anyway.
 func (h *Host) Wait(ctx context.Context, d time.Duration) (ok bool, done error, again bool) {
-	w := &waiter{ready: make(chan struct{})}
+	w := &waiter{ready: make(chan struct{}), eager: h.Lim.Eager()}
 	h.mu.Lock()
 	h.queue = append(h.queue, w)
 	h.waiting.Add(1)
+	if w.eager {
+		h.eager++
+	}
 	h.grantLocked() // a slot freed since Acquire failed
 	h.mu.Unlock()
 
@@ -125,6 +138,9 @@ func (h *Host) Wait(ctx context.Context, d time.Duration) (ok bool, done error, 
 			if q == w {
 				h.queue = append(h.queue[:i], h.queue[i+1:]...)
 				h.waiting.Add(-1)
+				if w.eager {
+					h.eager--
+				}
 				break
 			}
 		}
