@@ -670,17 +670,7 @@ func TestConcurrencyNeverWorseOnAHostThatKeepsUp(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				n := httptestutil.NewNetwork()
 				w := httptestutil.NewWorkers(1000, 20*time.Millisecond)
-				srv := n.Serve("keepsup.test", http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-					if r.URL.Path != "/stream" {
-						w.ServeHTTP(rw, r)
-						return
-					}
-					rw.Header().Set("Content-Type", "text/event-stream")
-					rw.WriteHeader(200)
-					http.NewResponseController(rw).Flush()
-					time.Sleep(1500 * time.Millisecond) // the model thinks
-					io.WriteString(rw, "data: {\"tok\":1}\n\n")
-				}))
+				srv := n.Serve("keepsup.test", thinkingStreams(1500*time.Millisecond, w))
 				base := n.Transport()
 				var refused atomic.Int64
 				clients := []struct {
@@ -781,18 +771,10 @@ func TestConcurrencyStreamsTeachNoLatency(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				n := httptestutil.NewNetwork()
-				srv := n.Serve("streams.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if r.URL.Path != "/stream" {
-						time.Sleep(5 * time.Millisecond)
-						io.WriteString(w, "ok")
-						return
-					}
-					w.Header().Set("Content-Type", "text/event-stream")
-					w.WriteHeader(200)
-					http.NewResponseController(w).Flush()
-					time.Sleep(150 * time.Millisecond) // the model thinks
-					io.WriteString(w, "data: {\"tok\":1}\n\n")
-				}))
+				srv := n.Serve("streams.test", thinkingStreams(150*time.Millisecond, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					time.Sleep(5 * time.Millisecond)
+					io.WriteString(w, "ok")
+				})))
 				base := n.Transport()
 				var changes [][2]int
 				var mu sync.Mutex
@@ -832,4 +814,21 @@ func TestConcurrencyStreamsTeachNoLatency(t *testing.T) {
 			})
 		})
 	}
+}
+
+// thinkingStreams answers "/stream" with an event stream whose headers
+// come at once and whose first event comes after think (a model
+// thinking), and anything else with other.
+func thinkingStreams(think time.Duration, other http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/stream" {
+			other.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		http.NewResponseController(w).Flush()
+		time.Sleep(think)
+		io.WriteString(w, "data: {\"tok\":1}\n\n")
+	})
 }
