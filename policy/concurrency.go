@@ -495,7 +495,7 @@ func (l *ConcurrencyLimit) Wait(waiting int, left time.Duration, hasDeadline boo
 	ref := l.Reference()
 	if l.eager.Load() {
 		// The host has shown no strain for Healthy: the limit is short,
-		// not the host, and it doubles at the end of the window. Wait as
+		// not the host, and it doubles after two windows that show it. Wait as
 		// long as the operation's time allows.
 		if waiting >= l.c.Max {
 			return 0, false
