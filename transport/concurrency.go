@@ -11,7 +11,6 @@ import (
 	"github.com/sturdyhttp/sturdy/internal/hosts"
 	"github.com/sturdyhttp/sturdy/internal/slots"
 	"github.com/sturdyhttp/sturdy/internal/stream"
-	"github.com/sturdyhttp/sturdy/internal/verdict"
 	"github.com/sturdyhttp/sturdy/policy"
 )
 
@@ -105,11 +104,11 @@ func concurrencyMiddleware(c *policy.Concurrency, reg *hosts.Registry, h Hooks) 
 	newState := func(h *hosts.Host) *slots.Host {
 		return &slots.Host{Lim: c.NewLimit(time.Now()), Key: h.Name()}
 	}
-	var slot *hosts.Slot[slots.Host]
-	if reg != nil {
-		slot = hosts.NewSlotOf(reg, newState, (*slots.Host).Live)
+	if reg == nil {
+		reg = hosts.New(hosts.Options{})
 	}
-	if slot == nil {
+	slot := hosts.NewSlotOf(reg, newState, (*slots.Host).Live)
+	if slot == nil { // the shared table has no room for another kind of state
 		slot = hosts.NewSlotOf(hosts.New(hosts.Options{}), newState, (*slots.Host).Live)
 	}
 	cfg := &concConfig{slot: slot, onChange: h.OnConcurrencyChange, onRefuse: h.OnConcurrencyRefuse}
@@ -169,13 +168,8 @@ func (t *concurrencyTransport) RoundTrip(req *http.Request) (*http.Response, err
 	case timed:
 		end = time.Now()
 		rtt = end.Sub(start)
-		if o == policy.ConcurrencyServed && stream.Is(resp) {
-			// A stream's wait (to its first event, with a FirstEvent
-			// beneath) is the model's, not the host's load. Told by its
-			// media type, not by what a layer beneath made of its body,
-			// which a RoundTripper between them may wrap; asked only of
-			// an attempt timed, the others teach no latency.
-			o = policy.ConcurrencyUntimed
+		if o == policy.ConcurrencyServed && stream.Is(resp) { // by its media type: a wrapper may hide FirstEvent's body
+			o = policy.ConcurrencyUntimed // a stream's wait is the model's, not the host's load
 		}
 	case o == policy.ConcurrencyLoss:
 		end = time.Now() // a loss is always counted
@@ -197,24 +191,14 @@ func concOutcome(req *http.Request, resp *http.Response, err error) policy.Concu
 		}
 		return policy.ConcurrencyServed // a stream is told by RoundTrip, when it is timed
 	}
-	v := verdictOf(req, resp, err) // the attempt's one verdict: a timeout of the caller's is a loss (Lost)
-	return policy.ConcurrencyOutcomeOf(v, 0, canceled(req.Context(), err))
-}
-
-// canceled reports whether an attempt that failed with err was
-// canceled, by its caller or for a hedge that won, rather than cut by a
-// deadline, as [verdict.Canceled] says of its context: a bound of New's
-// ends its context with a cancel whose cause is a [*DeadlineError],
-// which is a timeout.
-func canceled(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return verdict.Canceled(ctx)
-	}
-	return errors.Is(err, context.Canceled)
+	// The attempt's one verdict: a cancel (the caller's, with a cause or
+	// not, or a hedge's that won) is no loss; a timeout, the caller's or
+	// a bound's, is one (Lost).
+	return policy.ConcurrencyOutcomeOf(verdictOf(req, resp, err), 0, false)
 }
 
 // wait waits for a slot of h for req, as long as the limit's rule and
-// req's time allow (see [slots.Host.Wait]). It returns nil with a slot
+// req's time allow (see [slots.Host.Await]). It returns nil with a slot
 // taken, or the error to end req with.
 func (t *concurrencyTransport) wait(req *http.Request, h *slots.Host) error {
 	h.Lim.Full()
@@ -222,38 +206,19 @@ func (t *concurrencyTransport) wait(req *http.Request, h *slots.Host) error {
 	if err := ctx.Err(); err != nil {
 		return context.Cause(ctx)
 	}
-	now := time.Now()
 	dl, hasDeadline := deadlineOf(ctx) // New's Timeout included
-	d, ok := h.Lim.Wait(h.Waiting(), dl.Sub(now), hasDeadline)
-	for {
-		if !ok {
-			return t.refuse(req, h, time.Since(now), nil)
-		}
-		got, done, again := h.Wait(ctx, d)
-		if got {
-			return nil
-		}
-		if !again {
-			waited := time.Since(now)
-			switch {
-			case done == nil && hasDeadline && time.Until(dl) <= h.Lim.Reference():
-				// The operation has no time left for an attempt: its time ran
-				// out while it waited.
-				return t.refuse(req, h, waited, context.DeadlineExceeded)
-			case done == nil:
-				return t.refuse(req, h, waited, nil)
-			case errors.Is(done, context.DeadlineExceeded):
-				return t.refuse(req, h, waited, done)
-			}
-			return done // canceled by the caller: not a refusal
-		}
-		// The host strained while the request waited as the rule for a
-		// host that keeps up allows: it may wait on only as long as the
-		// rule for a strained host allows, counting what it waited.
-		d, ok = h.Lim.Wait(h.Waiting(), time.Until(dl), hasDeadline)
-		d = min(d, h.Lim.Reference()-time.Since(now))
-		ok = ok && d > 0
+	got, waited, done := h.Await(ctx, dl, hasDeadline)
+	switch {
+	case got:
+		return nil
+	case done == nil && waited > 0 && hasDeadline && time.Until(dl) <= h.Lim.Reference():
+		return t.refuse(req, h, waited, context.DeadlineExceeded) // its time ran out while it waited
+	case done == nil:
+		return t.refuse(req, h, waited, nil)
+	case errors.Is(done, context.DeadlineExceeded):
+		return t.refuse(req, h, waited, done)
 	}
+	return done // canceled by the caller: not a refusal
 }
 
 // refuse returns the error of req refused by h's limit, and reports it.

@@ -84,13 +84,12 @@ func (e *DeadlineError) Error() string {
 // waiting says how many attempts were made, when that is known, and the
 // concurrency limit the operation waited for a slot of, if any.
 func (e *DeadlineError) waiting() string {
-	s := ""
-	switch {
-	case e.op == nil || e.slot != nil && e.Attempts == 0:
-	case e.Attempts == 1:
-		s = " after 1 attempt"
-	default:
-		s = " after " + strconv.Itoa(e.Attempts) + " attempts"
+	var s string
+	if e.op != nil && (e.slot == nil || e.Attempts > 0) {
+		s = " after " + strconv.Itoa(e.Attempts) + " attempt"
+		if e.Attempts != 1 {
+			s += "s"
+		}
 	}
 	if c := e.slot; c != nil {
 		if s != "" {
@@ -109,10 +108,10 @@ func (e *DeadlineError) waiting() string {
 // when there is one, else the [*ConcurrencyLimitError] of a wait for a
 // slot the bound ended, so that errors.As finds them; nil otherwise.
 func (e *DeadlineError) Unwrap() error {
-	switch {
-	case e.op != nil:
+	if e.op != nil {
 		return e.op
-	case e.slot != nil:
+	}
+	if e.slot != nil {
 		return e.slot
 	}
 	return nil

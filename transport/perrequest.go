@@ -66,10 +66,7 @@ func withAttempts(cut, err error) error {
 	var re *RetryError
 	var ce *ConcurrencyLimitError
 	de, ok := cut.(*DeadlineError)
-	if !ok {
-		return cut
-	}
-	hasRe, hasCe := errors.As(err, &re), errors.As(err, &ce)
+	hasRe, hasCe := ok && errors.As(err, &re), ok && errors.As(err, &ce)
 	if !hasRe && !hasCe {
 		return cut
 	}
@@ -77,8 +74,6 @@ func withAttempts(cut, err error) error {
 	if hasRe {
 		d.Attempts, d.op = re.Attempts, re
 	}
-	if hasCe {
-		d.slot = ce
-	}
+	d.slot = ce
 	return &d
 }

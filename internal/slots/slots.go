@@ -154,3 +154,29 @@ func (h *Host) Wait(ctx context.Context, d time.Duration) (ok bool, done error, 
 	}
 	return false, done, again && done == nil
 }
+
+// Await waits for a slot of h as long as the limit's rule (see
+// [policy.ConcurrencyLimit.Wait]) and ctx allow; dl is the operation's
+// deadline, when hasDeadline. It reports whether it took one; if not,
+// how long it waited (0: refused at once) and done, ctx's cause when ctx
+// ended the wait.
+func (h *Host) Await(ctx context.Context, dl time.Time, hasDeadline bool) (ok bool, waited time.Duration, done error) {
+	start := time.Now()
+	d, may := h.Lim.Wait(h.Waiting(), dl.Sub(start), hasDeadline)
+	for may {
+		got, done, again := h.Wait(ctx, d)
+		if !again {
+			if got {
+				return true, 0, nil
+			}
+			return false, time.Since(start), done
+		}
+		// The host strained while the request waited as the rule for a
+		// host that keeps up allows: it waits on only as the rule for a
+		// strained host allows, counting what it has waited.
+		d, may = h.Lim.Wait(h.Waiting(), time.Until(dl), hasDeadline)
+		d = min(d, h.Lim.Reference()-time.Since(start))
+		may, waited = may && d > 0, time.Since(start)
+	}
+	return false, waited, nil
+}
