@@ -205,6 +205,7 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		q := &h.quotas[i]
 		if q.remaining > 0 && !q.tokens() {
 			q.remaining--
+			q.sent++
 			res.counted |= 1 << i
 			res.gens[i] = q.gen
 		}
@@ -278,6 +279,7 @@ func (h *hostState) cancel(res *Reservation) {
 		if q.remaining != Unknown && (q.limit == Unknown || q.remaining < q.limit) {
 			q.remaining++
 		}
+		q.sent = max(q.sent-1, 0)
 		if q.awaiting && q.sentSinceRoll > 0 {
 			q.sentSinceRoll--
 		}
@@ -452,8 +454,16 @@ func (h *hostState) observe(now, sent time.Time, route string, qs []Quota, accep
 				// count spent early (a sliding window still counting the
 				// last second) would hold the host to a reset a second
 				// away.
+				counted := !p.refills
 				p.refills = true
 				h.thr.adopt(now, float64(p.limit)/w.Seconds()*throttleBelow)
+				if counted && now.Before(p.reset) {
+					// Until now the window was counted: the requests let
+					// through in it are slots of the pace, and the first
+					// paced request comes after them, not on top of a
+					// window spent at its start (a fixed window's).
+					h.thr.pace.taken(p.reset.Add(-w), p.sent)
+				}
 			}
 		}
 		if q.Limit != Unknown && q.Window > 0 && !h.quotas[i].tokens() && (pace == nil || q.Window < pace.Window) {

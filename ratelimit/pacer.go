@@ -71,6 +71,15 @@ func (p *pacer) reserve(now time.Time) time.Time {
 	return slot
 }
 
+// taken counts n slots as taken from from on: the next free one is
+// after them (requests that went before the pace, in a window that
+// began at from).
+func (p *pacer) taken(from time.Time, n int) {
+	if n > 0 {
+		p.next = later(p.next, from.Add(time.Duration(n)*p.interval))
+	}
+}
+
 // late reports whether a request woken at now for slot is so late that
 // going now could make a burst with the others woken late (a process
 // that stalled): more than paceLate intervals. A little late goes, so

@@ -21,6 +21,9 @@ type quotaState struct {
 	// gen changes whenever a new window starts, so that a cancelled
 	// reservation gives its unit back only to the window it took it from.
 	gen uint32
+	// sent counts the units the Tracker has let requests take since the
+	// window began (or since the state first knew it).
+	sent int
 	// awaiting is set when a window ended with no known next reset;
 	// sentSinceRoll counts the requests let through since.
 	awaiting      bool
@@ -145,6 +148,7 @@ func (q *quotaState) tokens() bool { return strings.HasSuffix(q.policy, "tokens"
 func (q *quotaState) roll(now time.Time) {
 	q.remaining = q.limit
 	q.gen++
+	q.sent = 0
 	q.holdFrom = time.Time{}
 	q.probe = false
 	if q.window > 0 {
@@ -221,6 +225,7 @@ func (q *quotaState) update(r Quota, now, sent time.Time, accepted bool) {
 		// The server has moved to another window.
 		q.reset, q.remaining = r.Reset, r.Remaining
 		q.gen++
+		q.sent = 0
 		q.holdFrom = time.Time{}
 	case q.guessed && !r.Reset.IsZero() && q.reset.Sub(r.Reset) > sameWindow:
 		// The server's window ends sooner than the state reckoned when

@@ -12,9 +12,18 @@ import (
 // applied from now, so that a client whose clock is off still waits the
 // time the server meant, and every such header of one response is
 // measured the same way.
+//
+// A Date is in whole seconds. When it is the second now falls in, the
+// two clocks agree as far as the Date can tell, and now is the finer
+// reading: taking the Date, the start of that second, would make every
+// wait up to a second longer than the server meant (a quota of a
+// second would lose the window it waits for).
 func ServerNow(h http.Header, now time.Time) time.Time {
 	if v := h["Date"]; len(v) > 0 {
 		if t, ok := ParseHTTPDate(TrimOWS(v[0]), now); ok {
+			if !now.Before(t) && now.Sub(t) < time.Second {
+				return now
+			}
 			return t
 		}
 	}

@@ -58,6 +58,24 @@ func TestServerNow(t *testing.T) {
 			t.Errorf("ServerNow(Date %q) = %v, want %v", tc.date, got, tc.want)
 		}
 	}
+	// A Date of the second the client's clock is in: the clocks agree as
+	// far as it tells, and the client's reading is the finer one.
+	sec := time.Date(2026, time.March, 14, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		now, want time.Time
+	}{
+		{sec, sec},
+		{sec.Add(700 * time.Millisecond), sec.Add(700 * time.Millisecond)},
+		{sec.Add(time.Second - time.Nanosecond), sec.Add(time.Second - time.Nanosecond)},
+		{sec.Add(time.Second), sec},                      // a second off: the Date
+		{sec.Add(-time.Millisecond), sec},                // the client's clock behind: the Date
+		{sec.Add(time.Hour + 300*time.Millisecond), sec}, // an hour fast: the Date
+	} {
+		h := http.Header{"Date": {sec.Format(http.TimeFormat)}}
+		if got := ServerNow(h, tc.now); !got.Equal(tc.want) {
+			t.Errorf("ServerNow(Date %v) at %v = %v, want %v", sec, tc.now, got, tc.want)
+		}
+	}
 }
 
 func TestTrimOWSAndToken(t *testing.T) {
