@@ -32,6 +32,10 @@ type hostState struct {
 
 	pause time.Time  // end of the pause in force (server-asked, or after a bare 429)
 	cause pauseCause // what asked for it
+	// heldTo is the latest reset of a spent quota of a second or two
+	// that held requests: like a pause's end, it releases them in a
+	// spread (see releaseSlot).
+	heldTo time.Time
 	// maxPause is Options.MaxPause: the longest a pause or a spent
 	// quota's reset holds the host (or the quota's routes) at once.
 	maxPause time.Duration
@@ -56,8 +60,12 @@ type hostState struct {
 	// requests it refuses (see settle): each 429 then pauses it.
 	countsRefusals time.Time
 	bare           barePause
-	client         *rate.Limiter // Options.Rate; nil when off
-	news           chan struct{} // closed by the next response; nil when nobody waits
+	// out is how many requests sent before the host had state were
+	// still out at outAt, the last answer to one (see unknown).
+	out    int
+	outAt  time.Time
+	client *rate.Limiter // Options.Rate; nil when off
+	news   chan struct{} // closed by the next response; nil when nobody waits
 	// respaced is closed when the pace restarts at a higher rate: the
 	// requests asleep in its old slots take new ones. nil when nobody
 	// waits.
@@ -86,6 +94,7 @@ type admission struct {
 	released bool     // has its place in a release spread, or needs none
 	waited   bool     // has waited for a pause
 	giveUp   bool     // has waited for news of a new window once
+	outDone  bool     // has given up waiting for the answers of requests sent before the host had state
 	probes   quotaSet // the spent quotas it goes before the reset of, as a probe
 }
 
@@ -106,7 +115,7 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	// Wait for the latest of the pause and the resets of the exhausted
 	// quotas that count the request, all at once, so that a wait that
 	// cannot end in time is refused before any of it is spent.
-	var until, asked time.Time
+	var until, asked, reset time.Time
 	paused := now.Before(h.pause)
 	await := false
 	for i := range h.quotas[:h.nq] {
@@ -118,6 +127,12 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			q.roll(now)
 		}
 		if !q.spent(reserve) {
+			if reserve >= 0 && !a.outDone && q.spent(reserve+h.unknownOut(now)) {
+				// The quota is spent if the requests sent before the host
+				// had state, still out, take their units: wait for their
+				// answers, which tell.
+				await = true
+			}
 			continue
 		}
 		probeAt, probing := q.probeAt(now, h.excessOnly(now))
@@ -133,6 +148,14 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			}
 			if probing && probeAt.Before(end) {
 				end = probeAt
+			}
+			if end.Equal(q.reset) {
+				// The host is held, and what it accepts until the reset
+				// measures nothing (see throttle.lastSecond).
+				h.thr.resumed = later(h.thr.resumed, end)
+				if w := q.windowGuess(); w > 0 && w <= maxGuessedWindow {
+					reset = later(reset, end) // a window of a second or two (see releaseSlot)
+				}
 			}
 			until, asked = later(until, end), later(asked, q.reset)
 			continue
@@ -152,6 +175,9 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		a.waited = a.waited || paused
 		if paused {
 			asked = later(asked, h.cause.asked)
+		}
+		if until.Equal(reset) {
+			h.heldTo = later(h.heldTo, reset)
 		}
 		return verdict{until: until, asked: asked, reason: ReasonQuota}
 	}
@@ -460,9 +486,10 @@ func (h *hostState) observe(now, sent time.Time, route string, qs []Quota, accep
 				if counted && now.Before(p.reset) {
 					// Until now the window was counted: the requests let
 					// through in it are slots of the pace, and the first
-					// paced request comes after them, not on top of a
-					// window spent at its start (a fixed window's).
-					h.thr.pace.taken(p.reset.Add(-w), p.sent)
+					// paced request comes after them (and after the one
+					// answered now), not on top of a window spent at its
+					// start (a fixed window's).
+					h.thr.pace.taken(p.reset.Add(-w), p.sent, now)
 				}
 			}
 		}
@@ -522,6 +549,28 @@ func (h *hostState) firstBurst(n int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.thr.burst += n
+}
+
+// unknown records, at an answer to a request sent before the host had
+// state, that n such requests are still out: the host's quotas did not
+// count them, and their answers will. Until they come (awaitNewsMax at
+// most after the last one), a quota that would be spent if they took
+// their units holds the host's requests for news (see admit), so that
+// the requests sent after the first answer of a burst do not spend what
+// the rest of it took.
+func (h *hostState) unknown(now time.Time, n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.out, h.outAt = n, now
+}
+
+// unknownOut returns how many requests sent before the host had state
+// are still out, as far as is known at now. h.mu is held.
+func (h *hostState) unknownOut(now time.Time) int {
+	if h.out == 0 || now.Sub(h.outAt) > awaitNewsMax {
+		return 0
+	}
+	return h.out
 }
 
 // wake wakes the requests waiting for news. h.mu is held.

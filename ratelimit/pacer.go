@@ -71,12 +71,12 @@ func (p *pacer) reserve(now time.Time) time.Time {
 	return slot
 }
 
-// taken counts n slots as taken from from on: the next free one is
-// after them (requests that went before the pace, in a window that
-// began at from).
-func (p *pacer) taken(from time.Time, n int) {
+// taken counts n slots as taken from from on, the last of them no
+// sooner than last: the next free one is after them (requests that went
+// before the pace, in a window that began at from).
+func (p *pacer) taken(from time.Time, n int, last time.Time) {
 	if n > 0 {
-		p.next = later(p.next, from.Add(time.Duration(n)*p.interval))
+		p.next = later(p.next, later(from.Add(time.Duration(n)*p.interval), last.Add(p.interval)))
 	}
 }
 

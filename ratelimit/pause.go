@@ -31,12 +31,24 @@ type spread struct {
 
 // releaseSlot returns the time a request may go in the spread that
 // follows the last pause, and false when there is no spread to join.
+//
+// The reset of a spent quota of a second or two that held requests is
+// such an end too, once passed and when later than the pause's: the
+// requests it held go at the quota's rate, the first an interval after
+// the reset, since a window that slides still counts the whole of the
+// last one at its reset (go-chi/httprate) and refuses there a burst
+// that a fixed window would take. A fixed window loses nothing by it:
+// its count is the same over the window.
 func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.Time, bool) {
-	if h.pause.IsZero() {
+	of, reset := h.pause, h.heldTo.After(h.pause) && !now.Before(h.heldTo)
+	if reset {
+		of = h.heldTo
+	}
+	if of.IsZero() {
 		return time.Time{}, false
 	}
-	if !h.release.of.Equal(h.pause) {
-		if !waited && now.Sub(h.pause) > maxOwnWait {
+	if !h.release.of.Equal(of) {
+		if !waited && now.Sub(of) > maxOwnWait {
 			return time.Time{}, false // a pause long over: nothing to spread
 		}
 		// The pause has just ended: fix the spread once, sized for the
@@ -50,14 +62,27 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.
 		// which would otherwise be counted twice and make the next
 		// request wait a slot for nobody.
 		n := int(h.waiters.Load())
-		if back := max(h.held-h.late, 0); waited {
+		if back := max(h.held-h.late, 0); reset {
+			n++ // the sleepers and the one asking; no retries owed
+		} else if waited {
 			n += back + 1
 		} else {
 			n += max(back, 1)
 		}
-		d := time.Duration(float64(n) / h.releaseRate(set) * float64(time.Second))
+		rate := h.releaseRate(set)
+		d := time.Duration(float64(n) / rate * float64(time.Second))
 		d = min(d, maxOwnWait)
-		h.release = spread{of: h.pause, end: h.pause.Add(d), next: h.pause, interval: d / time.Duration(n)}
+		h.release = spread{of: of, end: of.Add(d), next: of, interval: d / time.Duration(n)}
+		if reset {
+			// At the quota's own pace, from an interval after the reset:
+			// what a window that slides frees. A lone request goes at
+			// the reset, as it would without a spread.
+			iv := time.Duration(float64(time.Second) / rate)
+			h.release = spread{of: of, interval: iv, next: of.Add(iv), end: of.Add(iv + d)}
+			if n == 1 {
+				h.release.next, h.release.end = of, of
+			}
+		}
 	}
 	s := &h.release
 	if !now.Before(s.end) || !s.next.Before(s.end) {
@@ -78,8 +103,8 @@ func (h *hostState) spreading(now time.Time) bool {
 }
 
 // releaseRate is the rate at which requests held by a pause are let go:
-// the learned rate, else the quota's own rate when known, else
-// DefaultReleaseRate.
+// the learned rate, else the quota's own rate when known (or its window
+// guessed, see windowGuess), else DefaultReleaseRate.
 func (h *hostState) releaseRate(set quotaSet) float64 {
 	if h.thr.rate > 0 {
 		return h.thr.rate
@@ -87,8 +112,8 @@ func (h *hostState) releaseRate(set quotaSet) float64 {
 	best := -1.0
 	for i := range h.quotas[:h.nq] {
 		q := &h.quotas[i]
-		if set&(1<<i) != 0 && q.limit > 0 && q.window > 0 && !q.tokens() {
-			if r := float64(q.limit) / q.window.Seconds(); best < 0 || r < best {
+		if w := q.windowGuess(); set&(1<<i) != 0 && q.limit > 0 && w > 0 && !q.tokens() {
+			if r := float64(q.limit) / w.Seconds(); best < 0 || r < best {
 				best = r
 			}
 		}

@@ -96,6 +96,17 @@ func (q *quotaState) rateWindow(now time.Time) time.Duration {
 	return max(q.span.Round(time.Second), time.Second)
 }
 
+// windowGuess returns the quota's window when it is said, else, when
+// every reset said was at most a second or two ahead, that long, even
+// before rateWindow would believe it: for a spread of a second at most,
+// a wrong guess costs little. Zero when neither.
+func (q *quotaState) windowGuess() time.Duration {
+	if q.window > 0 || q.span <= 0 || q.span > maxGuessedWindow {
+		return q.window
+	}
+	return max(q.span.Round(time.Second), time.Second)
+}
+
 // maxGuessedWindow is the longest window rateWindow guesses from resets.
 const maxGuessedWindow = 2 * time.Second
 

@@ -39,6 +39,7 @@ type Reservation struct {
 	client     *rate.Reservation
 	fleet      fleetPlace // its place in the fleet's quota (Options.Store)
 	made       uint32     // Tracker.made when it was taken without state
+	out        uint8      // its slot in Tracker.burst plus one, when it went without state
 	done       bool
 }
 
@@ -64,7 +65,7 @@ func (t *Tracker) ReserveWithin(r *http.Request, deadline time.Time) (Reservatio
 	if t.o.Key == nil && r.URL != nil {
 		st = t.slot.PeekURL(r.URL)
 		if st == nil && t.o.Rate <= 0 && t.o.Store == nil {
-			return Reservation{t: t, u: r.URL, made: t.made.Load()}, nil // the common case: nothing known, nothing to count
+			return Reservation{t: t, u: r.URL, made: t.made.Load(), out: t.burst.went(r.URL.Host)}, nil // the common case: nothing known, nothing to count
 		}
 	}
 	k := t.key(r)
@@ -73,7 +74,7 @@ func (t *Tracker) ReserveWithin(r *http.Request, deadline time.Time) (Reservatio
 		st = t.slot.Peek(k)
 	}
 	if st == nil && t.o.Rate <= 0 && t.o.Store == nil {
-		res.made = t.made.Load()
+		res.made, res.out = t.made.Load(), t.burst.went(k.Host)
 		return res, nil // nothing known, nothing to count
 	}
 	if st = t.slot.Get(k); st == nil {
@@ -125,6 +126,7 @@ func (res *Reservation) Settle(resp *http.Response) {
 	}
 	res.done = true
 	if resp == nil {
+		res.back()
 		return
 	}
 	h, status := resp.Header, resp.StatusCode
@@ -140,13 +142,23 @@ func (res *Reservation) Settle(resp *http.Response) {
 				st = res.t.slot.Peek(res.key)
 			}
 		}
-		if st != nil {
-			st.settle(time.Now(), res.at, res.route, nil, status, VerdictNone, time.Time{})
-		} else if status < 400 {
-			res.t.burst.add(res.burstName()) // the first burst, before any state
+		switch {
+		case st != nil:
+			res.back()
+			now := time.Now()
+			if res.out != 0 {
+				st.unknown(now, res.t.burst.outstanding(res.out))
+			}
+			st.settle(now, res.at, res.route, nil, status, VerdictNone, time.Time{})
+		default:
+			res.back()
+			if status < 400 {
+				res.t.burst.add(res.burstName()) // the first burst, before any state
+			}
 		}
 		return // the common case: nothing to learn
 	}
+	res.back()
 	now := time.Now()
 	var buf [maxPolicies]Quota
 	qs := parseSeen(h, seen, now, buf[:0])
@@ -171,6 +183,9 @@ func (res *Reservation) Settle(resp *http.Response) {
 		}
 		res.t.made.Add(1)
 		st.firstBurst(res.t.burst.count(res.burstName(), now))
+		if res.out != 0 {
+			st.unknown(now, res.t.burst.outstanding(res.out))
+		}
 	}
 	st.settle(now, res.at, res.route, qs, status, v, until)
 }
@@ -194,6 +209,7 @@ func (res *Reservation) Cancel() {
 		return
 	}
 	res.done = true
+	res.back()
 	if res.client != nil {
 		res.client.Cancel()
 	}
@@ -202,6 +218,14 @@ func (res *Reservation) Cancel() {
 	}
 	if res.st != nil {
 		res.st.cancel(res)
+	}
+}
+
+// back counts res's request, if it went without state, as settled in
+// the first burst's count of requests still out.
+func (res *Reservation) back() {
+	if res.out != 0 {
+		res.t.burst.back(res.out)
 	}
 }
 

@@ -391,12 +391,14 @@ func TestTrackerRollsKnownWindow(t *testing.T) {
 func TestTrackerAwaitsNewWindow(t *testing.T) {
 	// GitHub-style quota, no window: after the reset, Limit requests go;
 	// those beyond wait for a response of the new window to learn its
-	// reset instead of running into 429s.
+	// reset instead of running into 429s. (Its reset, 3 s ahead, is not
+	// that of a window of a second or two, whose requests a spread
+	// releases: see TestTrackerShortWindowResetSpreads.)
 	synctest.Test(t, func(t *testing.T) {
 		tr := NewTracker(Options{})
 		r := newReq(t, nil, "https://api.example.com/x")
 		start := time.Now()
-		tr.Observe(r, quotaHeader(3, 0, time.Second))
+		tr.Observe(r, quotaHeader(3, 0, 3*time.Second))
 		var (
 			mu  sync.Mutex
 			out []time.Duration
@@ -414,18 +416,18 @@ func TestTrackerAwaitsNewWindow(t *testing.T) {
 			})
 		}
 		// The first three of the new window are let go at its start.
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(3500 * time.Millisecond)
 		mu.Lock()
 		if got := len(out); got != 3 {
 			t.Errorf("%d requests let through before the new window's news, want 3", got)
 		}
 		mu.Unlock()
-		// A response of the new window: exhausted, resets at +9.5s.
+		// A response of the new window: exhausted, resets at +11.5s.
 		tr.Observe(r, quotaHeader(3, 0, 8*time.Second))
 		wg.Wait()
 		slices.Sort(out)
-		if got := out[3]; got != 9500*time.Millisecond {
-			t.Errorf("fourth request let through at %v, want 9.5s", got)
+		if got := out[3]; got != 11500*time.Millisecond {
+			t.Errorf("fourth request let through at %v, want 11.5s", got)
 		}
 	})
 }

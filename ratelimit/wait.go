@@ -33,10 +33,14 @@ func (w *waiter) admit(res *Reservation) error {
 		case "":
 			return nil
 		case ReasonAwaitQuota:
-			if err := w.awaitNews(now, v.news); err != nil {
+			waited, err := w.awaitNews(now, v.news)
+			if err != nil {
 				return err
 			}
-			a.giveUp = true // one round of news at most; then go on what is known
+			a.giveUp = true // one round of news of a new window at most; then go on what is known
+			// The answers of requests sent before the host had state are
+			// waited for while they come, but not past the budget.
+			a.outDone = a.outDone || !waited
 			continue
 		}
 		if !v.asked.IsZero() && w.pastBudget(v.asked, serverAsked(v.reason)) {
@@ -121,11 +125,12 @@ func (w *waiter) sleepFor(now time.Time, v verdict) error {
 }
 
 // awaitNews waits for the next response of the host, at most
-// awaitNewsMax, and not at all when the request's deadline is nearer.
-func (w *waiter) awaitNews(now time.Time, news <-chan struct{}) error {
+// awaitNewsMax, and not at all when the request's deadline is nearer;
+// it reports whether news came.
+func (w *waiter) awaitNews(now time.Time, news <-chan struct{}) (bool, error) {
 	limit, _, ok := w.budget(true)
 	if !ok || limit.Sub(now) <= awaitNewsMax {
-		return nil
+		return false, nil
 	}
 	if f := w.t.o.OnWait; f != nil {
 		f(WaitEvent{Request: w.r, Key: w.k.String(), Reason: ReasonAwaitQuota})
@@ -137,11 +142,11 @@ func (w *waiter) awaitNews(now time.Time, news <-chan struct{}) error {
 	ctx := w.r.Context()
 	select {
 	case <-news:
-		return nil
+		return true, nil
 	case <-timer.C:
-		return nil
+		return false, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 }
 
