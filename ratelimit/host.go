@@ -95,6 +95,7 @@ type admission struct {
 	waited   bool     // has waited for a pause
 	giveUp   bool     // has waited for news of a new window once
 	outDone  bool     // has given up waiting for the answers of requests sent before the host had state
+	counted  bool     // is counted in hostState.waiters (see waiter.counted)
 	probes   quotaSet // the spent quotas it goes before the reset of, as a probe
 }
 
@@ -193,7 +194,7 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	// A measured rate releases the requests a pause held by itself.
 	if !a.released && !(h.thr.on(now) && h.thr.measured()) {
 		a.released = true
-		slot, ok := h.releaseSlot(now, set, a.waited)
+		slot, ok := h.releaseSlot(now, set, a.waited, a.counted)
 		if ok && slot.After(now) {
 			res.releasedAt = slot
 			return verdict{until: slot, reason: ReasonReleaseRate, own: true}

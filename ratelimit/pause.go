@@ -39,7 +39,8 @@ type spread struct {
 // last one at its reset (go-chi/httprate) and refuses there a burst
 // that a fixed window would take. A fixed window loses nothing by it:
 // its count is the same over the window.
-func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.Time, bool) {
+// counted says the one asking is among h.waiters.
+func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited, counted bool) (time.Time, bool) {
 	of, reset := h.pause, h.heldTo.After(h.pause) && !now.Before(h.heldTo)
 	if reset {
 		of = h.heldTo
@@ -61,13 +62,16 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited bool) (time.
 		// it did not wait, is most often the first retry to come back,
 		// which would otherwise be counted twice and make the next
 		// request wait a slot for nobody.
-		n := int(h.waiters.Load())
+		n, self := int(h.waiters.Load()), 1
+		if counted {
+			self = 0 // among the waiters
+		}
 		if back := max(h.held-h.late, 0); reset {
-			n++ // the sleepers and the one asking; no retries owed
+			n += self // the sleepers and the one asking; no retries owed
 		} else if waited {
-			n += back + 1
+			n += back + self
 		} else {
-			n += max(back, 1)
+			n += max(back, self)
 		}
 		rate := h.releaseRate(set)
 		d := time.Duration(float64(n) / rate * float64(time.Second))

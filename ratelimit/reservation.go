@@ -82,6 +82,7 @@ func (t *Tracker) ReserveWithin(r *http.Request, deadline time.Time) (Reservatio
 	}
 	res.st = st
 	w := waiter{t: t, r: r, k: k, st: st, start: time.Now(), deadline: deadline}
+	defer w.done()
 	// The client-rate place is taken first, and waited for once the
 	// host's quotas have admitted the request: a request that its quotas
 	// would refuse fails at once, not after waiting for its place.

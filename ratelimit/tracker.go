@@ -32,7 +32,13 @@ import (
 //     stop at its end instead of each learning about it from a 429. When
 //     a window ends and the server has not said when the next one ends,
 //     requests beyond Limit wait (at most a second) for a response of the
-//     new window to tell.
+//     new window to tell. The requests sent before the host had state
+//     and not yet answered count too: a request that the quota would not
+//     admit with them waits (at most a second after the last of their
+//     answers) for the next answer. A quota whose reset is a second or two
+//     away lets the requests it held go at its rate, the first an
+//     interval after the reset, as a window that slides frees them; a
+//     lone request goes at the reset.
 //   - A 429 or 503 with Retry-After pauses the whole host until the time
 //     the server named: every request to it, from every goroutine, waits
 //     for the same moment. (Unless the response reports a named quota
@@ -96,7 +102,8 @@ import (
 //
 // A Tracker starts no goroutines. It is safe for use by multiple
 // goroutines; hosts that have sent no quota headers and no 429 cost one
-// lookup per request and allocate nothing.
+// lookup and two atomic adds (the count of their requests still out)
+// per request, and allocate nothing.
 type Tracker struct {
 	o    Options
 	slot *hosts.Slot[hostState]

@@ -20,6 +20,27 @@ type waiter struct {
 	// Tracker's own making that would then run past its budget is
 	// skipped rather than refused, so that no request waits only to fail.
 	waited bool
+	// counted is set once the request is counted in hostState.waiters:
+	// from its first wait until Reserve returns, so that a spread sized
+	// when a pause ends counts the requests woken with the one asking,
+	// whether or not they have taken the host's lock yet.
+	counted bool
+}
+
+// count counts the request among its host's waiters, once.
+func (w *waiter) count() {
+	if !w.counted {
+		w.counted = true
+		w.st.waiters.Add(1)
+	}
+}
+
+// done ends the count that count began.
+func (w *waiter) done() {
+	if w.counted {
+		w.counted = false
+		w.st.waiters.Add(-1)
+	}
 }
 
 // admit asks the host's state until it lets the request go, waiting as
@@ -28,6 +49,7 @@ func (w *waiter) admit(res *Reservation) error {
 	var a admission
 	for {
 		now := time.Now()
+		a.counted = w.counted
 		v := w.st.admit(now, res, &a, w.t.o.Reserve)
 		switch v.reason {
 		case "":
@@ -109,8 +131,7 @@ func (w *waiter) sleepFor(now time.Time, v verdict) error {
 	if f := w.t.o.OnWait; f != nil {
 		f(WaitEvent{Request: w.r, Key: w.k.String(), Wait: d, Reason: reason})
 	}
-	w.st.waiters.Add(1)
-	defer w.st.waiters.Add(-1)
+	w.count()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	ctx := w.r.Context()
@@ -135,8 +156,7 @@ func (w *waiter) awaitNews(now time.Time, news <-chan struct{}) (bool, error) {
 	if f := w.t.o.OnWait; f != nil {
 		f(WaitEvent{Request: w.r, Key: w.k.String(), Reason: ReasonAwaitQuota})
 	}
-	w.st.waiters.Add(1)
-	defer w.st.waiters.Add(-1)
+	w.count()
 	timer := time.NewTimer(awaitNewsMax)
 	defer timer.Stop()
 	ctx := w.r.Context()
