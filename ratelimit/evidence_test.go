@@ -284,9 +284,7 @@ func TestRefillingQuota429sCutOnce(t *testing.T) {
 			}
 			res.Settle(answer(status, remaining))
 		}
-		// The 429s below, paced, fall in one window of the fixed one
-		// as a fixed window's refusals do.
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond)
 		for range 15 { // 1.5 s: the window is guessed, the host paced
 			send(200, 10)
 			time.Sleep(100 * time.Millisecond)

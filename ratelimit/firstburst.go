@@ -20,8 +20,9 @@ import (
 // the others come back (see hostState.unknown). Sharing a slot makes that
 // count high, which holds a small quota for at most awaitNewsMax.
 
-// burstSlots is how many slots the first bursts are counted in.
-const burstSlots = 16
+// burstSlots is how many slots the first bursts are counted in: two
+// hosts share one with a chance of 1 in 64.
+const burstSlots = 64
 
 // burstSpan is the span a first burst is counted over: a second, the
 // window of the limiters that count one (HAProxy's http_req_rate(1s),

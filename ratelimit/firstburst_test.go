@@ -75,29 +75,49 @@ func TestFirstBurstStillOutIsCounted(t *testing.T) {
 
 // The answers waited for are waited for at most awaitNewsMax after the
 // last one: a burst whose other requests never come back holds nothing
-// longer.
+// longer. Those that never reached the server (cancelled) or got no
+// answer tell the host so, as an answer would.
 func TestFirstBurstStillOutWaitsAtMostASecond(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tr := NewTracker(Options{})
-		u := "https://api.example.com/v1/items"
-		var burst [5]Reservation
-		for i := range burst {
-			burst[i], _ = tr.Reserve(newReq(t, nil, u))
-		}
-		start := time.Now()
-		burst[0].Settle(&http.Response{StatusCode: 200, Header: quotaHeader(5, 4, time.Minute)})
-		res, err := tr.Reserve(newReq(t, nil, u))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, want := time.Since(start), awaitNewsMax; got != want {
-			t.Errorf("waited %v for answers that never came, want %v", got, want)
-		}
-		res.Settle(nil)
-		for i := range burst[1:] {
-			burst[1+i].Cancel()
-		}
-	})
+	for _, tc := range []struct {
+		name   string
+		after  time.Duration // when the next request comes, after the first answer
+		cancel bool          // the other requests of the burst are cancelled first
+		want   time.Duration // how long it waits
+	}{
+		{"at once", 0, false, awaitNewsMax},
+		{"late", 900 * time.Millisecond, false, 100 * time.Millisecond},
+		{"the others cancelled", 0, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr := NewTracker(Options{})
+				u := "https://api.example.com/v1/items"
+				var burst [5]Reservation
+				for i := range burst {
+					burst[i], _ = tr.Reserve(newReq(t, nil, u))
+				}
+				burst[0].Settle(&http.Response{StatusCode: 200, Header: quotaHeader(5, 4, time.Minute)})
+				if tc.cancel {
+					for i := range burst[1:] {
+						burst[1+i].Cancel()
+					}
+				}
+				time.Sleep(tc.after)
+				start := time.Now()
+				res, err := tr.Reserve(newReq(t, nil, u))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := time.Since(start); got != tc.want {
+					t.Errorf("waited %v, want %v", got, tc.want)
+				}
+				res.Settle(nil)
+				for i := range burst[1:] {
+					burst[1+i].Settle(nil)
+				}
+			})
+		})
+	}
 }
 
 // A spent quota of a second or two lets the requests it held go at its
@@ -105,22 +125,33 @@ func TestFirstBurstStillOutWaitsAtMostASecond(t *testing.T) {
 // (go-chi/httprate) still counts the whole of the last one at its reset
 // and refused all of a burst there. A lone request goes at the reset.
 func TestTrackerShortWindowResetSpreads(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	for _, tc := range []struct {
 		name   string
 		n      int
-		window time.Duration // the reset each answer says
+		answer http.Header // what the host said before they came
 		want   []time.Duration
 	}{
-		{"a burst, a window of a second", 4, time.Second, []time.Duration{1050 * time.Millisecond, 1100 * time.Millisecond, 1150 * time.Millisecond, 1200 * time.Millisecond}},
-		{"a lone request", 1, time.Second, []time.Duration{time.Second}},
-		{"a burst, a window of a minute", 3, time.Minute, []time.Duration{time.Minute, time.Minute, time.Minute}},
+		{"a burst, a window of a second", 4, quotaHeader(20, 0, time.Second), []time.Duration{ms(1050), ms(1100), ms(1150), ms(1200)}},
+		{"a lone request", 1, quotaHeader(20, 0, time.Second), []time.Duration{time.Second}},
+		{"a burst, a window of a minute", 3, quotaHeader(20, 0, time.Minute), []time.Duration{time.Minute, time.Minute, time.Minute}},
+		// More held than the window takes: one probe of whether the
+		// quota refills (an interval after the answer, IETF w=1), then
+		// the window's four places, the last of them at its end, then
+		// the one left, alone at the next reset; never a burst at a
+		// spread's end.
+		{"more than a window takes", 6, hdr("RateLimit-Policy", `"default";q=4;w=1`, "RateLimit", `"default";r=0;t=1`),
+			[]time.Duration{ms(250), ms(1250), ms(1500), ms(1750), ms(2000), ms(2000)}},
+		// A window of one: no spread, one a window, at its reset.
+		{"a window of one", 2, hdr("RateLimit-Policy", `"default";q=1;w=2`, "RateLimit", `"default";r=0;t=2`),
+			[]time.Duration{2 * time.Second, 4 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				tr := NewTracker(Options{})
 				u := "https://api.example.com/v1/items"
 				start := time.Now()
-				tr.Observe(newReq(t, nil, u), quotaHeader(20, 0, tc.window))
+				tr.Observe(newReq(t, nil, u), tc.answer)
 				var (
 					mu  sync.Mutex
 					out []time.Duration

@@ -36,6 +36,9 @@ type hostState struct {
 	// that held requests: like a pause's end, it releases them in a
 	// spread (see releaseSlot).
 	heldTo time.Time
+	// placed counts the requests asleep in their places in a reset's
+	// spread: counted among waiters, they are not held by the next one.
+	placed int
 	// maxPause is Options.MaxPause: the longest a pause or a spent
 	// quota's reset holds the host (or the quota's routes) at once.
 	maxPause time.Duration
@@ -83,6 +86,9 @@ type verdict struct {
 	reason string        // why; "" means go
 	own    bool          // a wait of the Tracker's own making (spread, pace)
 	news   chan struct{} // ReasonAwaitQuota: wait for this to close
+	// out is set when the news awaited is only the answers of requests
+	// sent before the host had state (see unknown), until until.
+	out bool
 	// wake ends a wait of the Tracker's own making early: ask again.
 	wake chan struct{}
 }
@@ -96,6 +102,7 @@ type admission struct {
 	giveUp   bool     // has waited for news of a new window once
 	outDone  bool     // has given up waiting for the answers of requests sent before the host had state
 	counted  bool     // is counted in hostState.waiters (see waiter.counted)
+	took     bool     // has taken its units, with its place in a reset's spread
 	probes   quotaSet // the spent quotas it goes before the reset of, as a probe
 }
 
@@ -112,13 +119,17 @@ func newHostState(o *Options) *hostState {
 func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve int) verdict {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if res.placed && !now.Before(res.releasedAt) {
+		res.placed = false // its place has come
+		h.placed--
+	}
 	set := h.counting(res.route)
 	// Wait for the latest of the pause and the resets of the exhausted
 	// quotas that count the request, all at once, so that a wait that
 	// cannot end in time is refused before any of it is spent.
 	var until, asked, reset time.Time
 	paused := now.Before(h.pause)
-	await := false
+	await, awaitOut := false, false
 	for i := range h.quotas[:h.nq] {
 		if set&(1<<i) == 0 {
 			continue
@@ -127,12 +138,15 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		if !q.reset.IsZero() && !now.Before(q.reset) {
 			q.roll(now)
 		}
+		if a.took && res.counted&(1<<i) != 0 {
+			continue // its unit is taken: it has its place in a reset's spread
+		}
 		if !q.spent(reserve) {
 			if reserve >= 0 && !a.outDone && q.spent(reserve+h.unknownOut(now)) {
 				// The quota is spent if the requests sent before the host
 				// had state, still out, take their units: wait for their
 				// answers, which tell.
-				await = true
+				awaitOut = true
 			}
 			continue
 		}
@@ -150,13 +164,14 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			if probing && probeAt.Before(end) {
 				end = probeAt
 			}
-			if end.Equal(q.reset) {
-				// The host is held, and what it accepts until the reset
-				// measures nothing (see throttle.lastSecond).
+			if w := q.windowGuess(); end.Equal(q.reset) && w > 0 && w <= maxGuessedWindow {
+				// A window of a second or two: a spread releases the
+				// requests it held (see releaseSlot), and what the host
+				// accepts until then measures nothing of its rate (see
+				// throttle.lastSecond). (A longer window, or a route's
+				// named quota, leaves the rest of the host to measure.)
+				reset = later(reset, end)
 				h.thr.resumed = later(h.thr.resumed, end)
-				if w := q.windowGuess(); w > 0 && w <= maxGuessedWindow {
-					reset = later(reset, end) // a window of a second or two (see releaseSlot)
-				}
 			}
 			until, asked = later(until, end), later(asked, q.reset)
 			continue
@@ -185,11 +200,17 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	// News of a new window is awaited only when nothing else holds the
 	// request: a wait that cannot end in time is refused before any of
 	// it is spent.
-	if await {
+	if await || awaitOut {
 		if h.news == nil {
 			h.news = make(chan struct{})
 		}
-		return verdict{reason: ReasonAwaitQuota, news: h.news}
+		v := verdict{reason: ReasonAwaitQuota, news: h.news}
+		if !await {
+			// Only the answers of the requests still out are awaited:
+			// at most awaitNewsMax after the last one came.
+			v.until, v.out = h.outAt.Add(awaitNewsMax), true
+		}
+		return v
 	}
 	// A measured rate releases the requests a pause held by itself.
 	if !a.released && !(h.thr.on(now) && h.thr.measured()) {
@@ -197,7 +218,21 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		slot, ok := h.releaseSlot(now, set, a.waited, a.counted)
 		if ok && slot.After(now) {
 			res.releasedAt = slot
+			if h.release.reset {
+				// A place in a reset's spread is a unit of the window:
+				// taken now, so that a request past the window's count
+				// is held to the next reset, not let go at the spread's
+				// end in a burst.
+				h.take(res, set)
+				a.took, res.placed = true, true
+				h.placed++
+			}
 			return verdict{until: slot, reason: ReasonReleaseRate, own: true}
+		}
+		if !ok && h.release.reset && now.Before(h.release.end) {
+			// More were held than the quota's window takes: the places
+			// are the window's, and this request waits for the next.
+			return verdict{until: h.release.end, reason: ReasonReleaseRate, own: true}
 		}
 		if !ok && h.nq == 0 && h.spreading(now) && h.excessOnly(now) && !h.thr.on(now) {
 			// The spread's places are all taken and it still runs: this
@@ -225,6 +260,15 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			return verdict{until: slot, reason: ReasonThrottle, own: true, wake: h.respaced}
 		}
 	}
+	if !a.took {
+		h.take(res, set)
+	}
+	return verdict{}
+}
+
+// take counts res against each quota in set, for a request that goes:
+// a unit of each that counts requests and has one left. h.mu is held.
+func (h *hostState) take(res *Reservation, set quotaSet) {
 	for i := range h.quotas[:h.nq] {
 		if set&(1<<i) == 0 {
 			continue
@@ -240,7 +284,6 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			q.sentSinceRoll++
 		}
 	}
-	return verdict{}
 }
 
 // refilling reports whether a quota that counts route refills by itself.
@@ -314,6 +357,10 @@ func (h *hostState) cancel(res *Reservation) {
 	if !res.pacedAt.IsZero() {
 		h.thr.pace.cancel(res.pacedAt)
 	}
+	if res.placed {
+		res.placed = false
+		h.placed--
+	}
 	if !res.releasedAt.IsZero() && h.release.next.Equal(res.releasedAt.Add(h.release.interval)) {
 		h.release.next = res.releasedAt
 	}
@@ -321,10 +368,15 @@ func (h *hostState) cancel(res *Reservation) {
 
 // settle records what a response of route said: its quotas, and the
 // verdict v (with the pause's end) that ResponseVerdict gave. sent is when
-// its request was let through. It reports whether anyone waited for news.
-func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status int, v Verdict, until time.Time) {
+// its request was let through. out, unless negative, is how many requests
+// sent before the host had state are still out (see unknown), told under
+// the same lock as the quotas this answer tells.
+func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status int, v Verdict, until time.Time, out int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if out >= 0 {
+		h.out, h.outAt = out, now
+	}
 	h.observe(now, sent, route, qs, status < 400)
 	if status == http.StatusTooManyRequests && v == VerdictNone && h.refilling(route) {
 		// A quota that refills by itself explains the 429 but holds
@@ -332,7 +384,11 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 		// requests let through until the spent quota's reset (a second
 		// at most) meet the same excess: their 429s cut no further.
 		if h.thr.tooMany(now, sent, false) {
-			end := now
+			// At least the requests let through within a quarter
+			// second: a reset read to the millisecond can be that near,
+			// and the requests paced behind the refused one meet the
+			// same excess on either side of it.
+			end := now.Add(throttlePause)
 			for _, q := range qs {
 				if q.Remaining == 0 && q.Reset.After(end) {
 					end = q.Reset
@@ -552,8 +608,8 @@ func (h *hostState) firstBurst(n int) {
 	h.thr.burst += n
 }
 
-// unknown records, at an answer to a request sent before the host had
-// state, that n such requests are still out: the host's quotas did not
+// unknown records that n requests sent before the host had state are
+// still out (settle does at an answer to one): the host's quotas did not
 // count them, and their answers will. Until they come (awaitNewsMax at
 // most after the last one), a quota that would be spent if they took
 // their units holds the host's requests for news (see admit), so that

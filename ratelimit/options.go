@@ -109,8 +109,8 @@ const (
 	ReasonQuota       = "quota"       // the server's quota is exhausted until its reset
 	ReasonRetryAfter  = "retry-after" // the server asked the host to pause (429 or 503 with Retry-After)
 	ReasonClientRate  = "client-rate" // the client-side limiter (Options.Rate)
-	ReasonAwaitQuota  = "await-quota" // the window rolled over and its new reset is not known yet
-	ReasonReleaseRate = "release"     // spreading the requests released at the end of a pause
+	ReasonAwaitQuota  = "await-quota" // the window rolled over and its new reset is not known yet, or the answers of a first burst still out will tell the quota
+	ReasonReleaseRate = "release"     // spreading the requests released at the end of a pause, or at the reset of a quota of a second or two
 	ReasonThrottle    = "throttle"    // the rate learned from 429s that gave no hint
 	ReasonFleet       = "fleet"       // the fleet's shared rate, or a pause another process saw (Options.Store)
 )

@@ -73,10 +73,15 @@ func (p *pacer) reserve(now time.Time) time.Time {
 
 // taken counts n slots as taken from from on, the last of them no
 // sooner than last: the next free one is after them (requests that went
-// before the pace, in a window that began at from).
+// before the pace, in a window that began at from), and no later than
+// maxOwnWait after last.
 func (p *pacer) taken(from time.Time, n int, last time.Time) {
 	if n > 0 {
-		p.next = later(p.next, later(from.Add(time.Duration(n)*p.interval), last.Add(p.interval)))
+		next := later(from.Add(time.Duration(n)*p.interval), last.Add(p.interval))
+		if capped := last.Add(maxOwnWait); next.After(capped) {
+			next = capped
+		}
+		p.next = later(p.next, next)
 	}
 }
 

@@ -27,6 +27,9 @@ type spread struct {
 	end      time.Time
 	next     time.Time
 	interval time.Duration
+	// reset is set when of is a spent quota's reset: a request that
+	// finds no place waits for end (see releaseSlot).
+	reset bool
 }
 
 // releaseSlot returns the time a request may go in the spread that
@@ -62,7 +65,7 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited, counted boo
 		// it did not wait, is most often the first retry to come back,
 		// which would otherwise be counted twice and make the next
 		// request wait a slot for nobody.
-		n, self := int(h.waiters.Load()), 1
+		n, self := max(int(h.waiters.Load())-h.placed, 0), 1
 		if counted {
 			self = 0 // among the waiters
 		}
@@ -78,14 +81,7 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited, counted boo
 		d = min(d, maxOwnWait)
 		h.release = spread{of: of, end: of.Add(d), next: of, interval: d / time.Duration(n)}
 		if reset {
-			// At the quota's own pace, from an interval after the reset:
-			// what a window that slides frees. A lone request goes at
-			// the reset, as it would without a spread.
-			iv := time.Duration(float64(time.Second) / rate)
-			h.release = spread{of: of, interval: iv, next: of.Add(iv), end: of.Add(iv + d)}
-			if n == 1 {
-				h.release.next, h.release.end = of, of
-			}
+			h.release = h.resetSpread(of, min(n, h.room(set)), rate)
 		}
 	}
 	s := &h.release
@@ -98,6 +94,36 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited, counted boo
 	}
 	s.next = slot.Add(s.interval)
 	return slot, true
+}
+
+// resetSpread returns the spread that releases n requests held by a
+// spent quota until its reset at of, at the quota's rate: one an
+// interval after the other from an interval after the reset, what a
+// window that slides frees, and over a second at most. A request that
+// finds no place (more were held than the window takes) waits for the
+// spread's end, and then for the next reset, which the requests in
+// its places will have spent. Fewer than two go at the reset, as they
+// would without a spread.
+func (h *hostState) resetSpread(of time.Time, n int, rate float64) spread {
+	if n < 2 {
+		return spread{of: of, next: of, end: of}
+	}
+	iv := min(time.Duration(float64(time.Second)/rate), maxOwnWait/time.Duration(n))
+	return spread{of: of, interval: iv, next: of.Add(iv), end: of.Add(time.Duration(n)*iv + iv/2), reset: true}
+}
+
+// room returns how many requests the quotas of a second or two in set
+// take until their next reset: the fewest left of any, or a large
+// number when none of them counts.
+func (h *hostState) room(set quotaSet) int {
+	r := 1 << 30
+	for i := range h.quotas[:h.nq] {
+		q := &h.quotas[i]
+		if w := q.windowGuess(); set&(1<<i) != 0 && q.remaining != Unknown && !q.tokens() && w > 0 && w <= maxGuessedWindow {
+			r = min(r, q.remaining)
+		}
+	}
+	return r
 }
 
 // spreading reports whether the spread after the last pause is still

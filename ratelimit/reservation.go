@@ -36,6 +36,7 @@ type Reservation struct {
 	gens       [maxQuotas]uint32
 	pacedAt    time.Time // its slot at the learned rate
 	releasedAt time.Time // its slot in a release spread
+	placed     bool      // asleep in its place in a reset's spread (see hostState.placed)
 	client     *rate.Reservation
 	fleet      fleetPlace // its place in the fleet's quota (Options.Store)
 	made       uint32     // Tracker.made when it was taken without state
@@ -127,7 +128,7 @@ func (res *Reservation) Settle(resp *http.Response) {
 	}
 	res.done = true
 	if resp == nil {
-		res.back()
+		res.backUnanswered()
 		return
 	}
 	h, status := resp.Header, resp.StatusCode
@@ -146,11 +147,7 @@ func (res *Reservation) Settle(resp *http.Response) {
 		switch {
 		case st != nil:
 			res.back()
-			now := time.Now()
-			if res.out != 0 {
-				st.unknown(now, res.t.burst.outstanding(res.out))
-			}
-			st.settle(now, res.at, res.route, nil, status, VerdictNone, time.Time{})
+			st.settle(time.Now(), res.at, res.route, nil, status, VerdictNone, time.Time{}, res.stillOut())
 		default:
 			res.back()
 			if status < 400 {
@@ -184,14 +181,13 @@ func (res *Reservation) Settle(resp *http.Response) {
 		}
 		res.t.made.Add(1)
 		st.firstBurst(res.t.burst.count(res.burstName(), now))
-		if res.out != 0 {
-			st.unknown(now, res.t.burst.outstanding(res.out))
-		}
 	}
-	st.settle(now, res.at, res.route, qs, status, v, until)
+	st.settle(now, res.at, res.route, qs, status, v, until, res.stillOut())
 }
 
-// Holds reports whether Cancel would give something back: a unit of a
+// Holds reports whether Cancel would give something back to the host's
+// quotas or rates (beyond the count of a request sent before its host had
+// state, which Settle gives back as well): a unit of a
 // quota the host's responses report, a slot at its learned rate or in a
 // release spread, a place in the client's rate (Options.Rate) or in the
 // fleet's (Options.Store). A caller that must find out whether a failed
@@ -210,7 +206,7 @@ func (res *Reservation) Cancel() {
 		return
 	}
 	res.done = true
-	res.back()
+	res.backUnanswered()
 	if res.client != nil {
 		res.client.Cancel()
 	}
@@ -227,6 +223,38 @@ func (res *Reservation) Cancel() {
 func (res *Reservation) back() {
 	if res.out != 0 {
 		res.t.burst.back(res.out)
+	}
+}
+
+// stillOut returns, for a request that went without state, how many
+// such requests of its slot are still out (see hostState.unknown); -1
+// for one that went with state.
+func (res *Reservation) stillOut() int {
+	if res.out == 0 {
+		return -1
+	}
+	return res.t.burst.outstanding(res.out)
+}
+
+// backUnanswered is back for a request that got no answer (it never
+// reached the server, or no response came): a host that has state since
+// it went learns that one fewer is still out, as an answer would tell.
+func (res *Reservation) backUnanswered() {
+	if res.out == 0 {
+		return
+	}
+	res.back()
+	if res.t.made.Load() == res.made {
+		return // no host has had state made since: nothing waits on the count
+	}
+	var st *hostState
+	if res.u != nil {
+		st = res.t.slot.PeekURL(res.u)
+	} else {
+		st = res.t.slot.Peek(res.key)
+	}
+	if st != nil {
+		st.unknown(time.Now(), res.t.burst.outstanding(res.out))
 	}
 }
 

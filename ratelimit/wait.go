@@ -55,13 +55,16 @@ func (w *waiter) admit(res *Reservation) error {
 		case "":
 			return nil
 		case ReasonAwaitQuota:
-			waited, err := w.awaitNews(now, v.news)
+			waited, err := w.awaitNews(now, v.news, v.until)
 			if err != nil {
 				return err
 			}
-			a.giveUp = true // one round of news of a new window at most; then go on what is known
+			if !v.out {
+				a.giveUp = true // one round of news of a new window at most; then go on what is known
+			}
 			// The answers of requests sent before the host had state are
-			// waited for while they come, but not past the budget.
+			// waited for while they come, not past the budget nor a
+			// second after the last.
 			a.outDone = a.outDone || !waited
 			continue
 		}
@@ -146,18 +149,24 @@ func (w *waiter) sleepFor(now time.Time, v verdict) error {
 }
 
 // awaitNews waits for the next response of the host, at most
-// awaitNewsMax, and not at all when the request's deadline is nearer;
-// it reports whether news came.
-func (w *waiter) awaitNews(now time.Time, news <-chan struct{}) (bool, error) {
+// awaitNewsMax (and not past until, unless zero), and not at all when
+// the request's deadline is nearer; it reports whether news came.
+func (w *waiter) awaitNews(now time.Time, news <-chan struct{}, until time.Time) (bool, error) {
 	limit, _, ok := w.budget(true)
 	if !ok || limit.Sub(now) <= awaitNewsMax {
 		return false, nil
+	}
+	d := awaitNewsMax
+	if !until.IsZero() {
+		if d = min(d, until.Sub(now)); d <= 0 {
+			return false, nil
+		}
 	}
 	if f := w.t.o.OnWait; f != nil {
 		f(WaitEvent{Request: w.r, Key: w.k.String(), Reason: ReasonAwaitQuota})
 	}
 	w.count()
-	timer := time.NewTimer(awaitNewsMax)
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	ctx := w.r.Context()
 	select {

@@ -450,13 +450,15 @@ func TestRateLimitAwareNodelayRetryAfterRampsInASecond(t *testing.T) {
 
 // TestRateLimitAwareFixedWindowAtAnyPhase: a fixed window of 20 a second
 // on the Unix second, as GitHub counts, with the load starting anywhere
-// in a second, over loopback. Two things went wrong at some phases: the
-// first wait for its reset, measured from the whole-second Date, took up
-// to a second more than the server meant, and lost the window it waited
-// for; and once its window, guessed from its resets, paced the host,
-// the pace began on top of the window just spent at its start, so that
+// in a second, over loopback. Against the real one (limiters module) the
+// row fell to 85% of the limit with 6.1% of attempts refused. Here, once
+// resets are read to the millisecond, the pace its guessed window sets
+// began on top of the window its first burst spent at its start, and
 // every paced request of the next second was refused (33 429s of 416
-// attempts, 7.9%). Each phase meets the targets.
+// attempts, 7.9%); and the goroutines whose first answer came back sent
+// again against a count that left out the rest of the burst, still out
+// (11 to 13 429s). Each phase now meets the targets with at most two
+// 429s.
 func TestRateLimitAwareFixedWindowAtAnyPhase(t *testing.T) {
 	for _, phase := range []time.Duration{0, 5 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond, 995 * time.Millisecond} {
 		t.Run(phase.String(), func(t *testing.T) {
@@ -468,8 +470,8 @@ func TestRateLimitAwareFixedWindowAtAnyPhase(t *testing.T) {
 				if r.trace != "" {
 					t.Logf("accepted/refused each second:%s", r.trace)
 				}
-				if r.pct >= 5 {
-					t.Errorf("429s = %.1f%% of attempts, want under 5%%", r.pct)
+				if r.tooMany > 2 {
+					t.Errorf("429s = %d (%.1f%% of attempts), want at most 2", r.tooMany, r.pct)
 				}
 				if got, want := r.okPerS, 0.9*limit; got < want || got > 1.1*limit {
 					t.Errorf("successful operations = %.1f/s, want within 10%% of %v", got, limit)
