@@ -137,11 +137,11 @@ func TestTrackerShortWindowResetSpreads(t *testing.T) {
 		{"a burst, a window of a minute", 3, quotaHeader(20, 0, time.Minute), []time.Duration{time.Minute, time.Minute, time.Minute}},
 		// More held than the window takes: one probe of whether the
 		// quota refills (an interval after the answer, IETF w=1), then
-		// the window's four places, the last of them at its end, then
-		// the one left, alone at the next reset; never a burst at a
-		// spread's end.
+		// the three places the window holds at its pace (its fourth
+		// would fall on the next reset), then the next window's spread
+		// for the two left; never two at once.
 		{"more than a window takes", 6, hdr("RateLimit-Policy", `"default";q=4;w=1`, "RateLimit", `"default";r=0;t=1`),
-			[]time.Duration{ms(250), ms(1250), ms(1500), ms(1750), ms(2000), ms(2000)}},
+			[]time.Duration{ms(250), ms(1250), ms(1500), ms(1750), ms(2250), ms(2500)}},
 		// A window of one: no spread, one a window, at its reset.
 		{"a window of one", 2, hdr("RateLimit-Policy", `"default";q=1;w=2`, "RateLimit", `"default";r=0;t=2`),
 			[]time.Duration{2 * time.Second, 4 * time.Second}},

@@ -102,7 +102,6 @@ type admission struct {
 	giveUp   bool     // has waited for news of a new window once
 	outDone  bool     // has given up waiting for the answers of requests sent before the host had state
 	counted  bool     // is counted in hostState.waiters (see waiter.counted)
-	took     bool     // has taken its units, with its place in a reset's spread
 	probes   quotaSet // the spent quotas it goes before the reset of, as a probe
 }
 
@@ -119,8 +118,9 @@ func newHostState(o *Options) *hostState {
 func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve int) verdict {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if res.placed && !now.Before(res.releasedAt) {
-		res.placed = false // its place has come
+	placed := res.placed
+	if placed {
+		res.placed = false // awake: its place has come (or is let go)
 		h.placed--
 	}
 	set := h.counting(res.route)
@@ -138,8 +138,8 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 		if !q.reset.IsZero() && !now.Before(q.reset) {
 			q.roll(now)
 		}
-		if a.took && res.counted&(1<<i) != 0 {
-			continue // its unit is taken: it has its place in a reset's spread
+		if res.counted&(1<<i) != 0 && res.gens[i] == q.gen {
+			continue // its unit of this window is taken, with its place in a reset's spread
 		}
 		if !q.spent(reserve) {
 			if reserve >= 0 && !a.outDone && q.spent(reserve+h.unknownOut(now)) {
@@ -168,8 +168,8 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 				// A window of a second or two: a spread releases the
 				// requests it held (see releaseSlot), and what the host
 				// accepts until then measures nothing of its rate (see
-				// throttle.lastSecond). (A longer window, or a route's
-				// named quota, leaves the rest of the host to measure.)
+				// throttle.lastSecond). (A longer window leaves the rest
+				// of the host to measure.)
 				reset = later(reset, end)
 				h.thr.resumed = later(h.thr.resumed, end)
 			}
@@ -224,15 +224,10 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 				// is held to the next reset, not let go at the spread's
 				// end in a burst.
 				h.take(res, set)
-				a.took, res.placed = true, true
+				res.placed = true
 				h.placed++
 			}
 			return verdict{until: slot, reason: ReasonReleaseRate, own: true}
-		}
-		if !ok && h.release.reset && now.Before(h.release.end) {
-			// More were held than the quota's window takes: the places
-			// are the window's, and this request waits for the next.
-			return verdict{until: h.release.end, reason: ReasonReleaseRate, own: true}
 		}
 		if !ok && h.nq == 0 && h.spreading(now) && h.excessOnly(now) && !h.thr.on(now) {
 			// The spread's places are all taken and it still runs: this
@@ -246,7 +241,9 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			h.thr.guessFrom(now, h.releaseRate(set))
 		}
 	}
-	if h.thr.on(now) && (!a.paced || a.epoch != h.thr.pace.epoch || h.thr.pace.late(res.pacedAt, now)) {
+	if h.thr.on(now) && !placed && (!a.paced || a.epoch != h.thr.pace.epoch || h.thr.pace.late(res.pacedAt, now)) {
+		// (A request from its place in a reset's spread went at the
+		// quota's pace already: see observe.)
 		// A slot taken before a pause is void, and so is one woken up
 		// late (a stalled process): take another on the schedule rather
 		// than go in a burst with the other late ones.
@@ -260,20 +257,23 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			return verdict{until: slot, reason: ReasonThrottle, own: true, wake: h.respaced}
 		}
 	}
-	if !a.took {
-		h.take(res, set)
-	}
+	h.take(res, set)
 	return verdict{}
 }
 
 // take counts res against each quota in set, for a request that goes:
-// a unit of each that counts requests and has one left. h.mu is held.
+// a unit of each that counts requests and has one left, unless it has
+// taken one of the same window already (with its place in a reset's
+// spread). h.mu is held.
 func (h *hostState) take(res *Reservation, set quotaSet) {
 	for i := range h.quotas[:h.nq] {
 		if set&(1<<i) == 0 {
 			continue
 		}
 		q := &h.quotas[i]
+		if res.counted&(1<<i) != 0 && res.gens[i] == q.gen {
+			continue
+		}
 		if q.remaining > 0 && !q.tokens() {
 			q.remaining--
 			q.sent++
@@ -375,7 +375,7 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if out >= 0 {
-		h.out, h.outAt = out, now
+		h.setOut(now, out)
 	}
 	h.observe(now, sent, route, qs, status < 400)
 	if status == http.StatusTooManyRequests && v == VerdictNone && h.refilling(route) {
@@ -540,7 +540,12 @@ func (h *hostState) observe(now, sent time.Time, route string, qs []Quota, accep
 				counted := !p.refills
 				p.refills = true
 				h.thr.adopt(now, float64(p.limit)/w.Seconds()*throttleBelow)
-				if counted && now.Before(p.reset) {
+				switch {
+				case h.release.reset && now.Before(h.release.end):
+					// A reset's spread gives the window's places at its
+					// pace: the pace goes on after them.
+					h.thr.pace.next = later(h.thr.pace.next, h.release.next)
+				case counted && now.Before(p.reset):
 					// Until now the window was counted: the requests let
 					// through in it are slots of the pace, and the first
 					// paced request comes after them (and after the one
@@ -618,7 +623,18 @@ func (h *hostState) firstBurst(n int) {
 func (h *hostState) unknown(now time.Time, n int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.out, h.outAt = n, now
+	h.setOut(now, n)
+	h.wake() // a request waiting for the answers may go
+}
+
+// setOut records n, read at now, as the requests sent before the host
+// had state that are still out: only fewer than known, since they only
+// come back (a count read before another, and told after it, is
+// stale), unless what is known is past its time. h.mu is held.
+func (h *hostState) setOut(now time.Time, n int) {
+	if n < h.out || h.unknownOut(now) == 0 {
+		h.out, h.outAt = n, now
+	}
 }
 
 // unknownOut returns how many requests sent before the host had state

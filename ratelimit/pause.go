@@ -81,7 +81,7 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited, counted boo
 		d = min(d, maxOwnWait)
 		h.release = spread{of: of, end: of.Add(d), next: of, interval: d / time.Duration(n)}
 		if reset {
-			h.release = h.resetSpread(of, min(n, h.room(set)), rate)
+			h.release = h.resetSpread(of, n, rate, set)
 		}
 	}
 	s := &h.release
@@ -96,34 +96,39 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited, counted boo
 	return slot, true
 }
 
-// resetSpread returns the spread that releases n requests held by a
-// spent quota until its reset at of, at the quota's rate: one an
-// interval after the other from an interval after the reset, what a
-// window that slides frees, and over a second at most. A request that
-// finds no place (more were held than the window takes) waits for the
-// spread's end, and then for the next reset, which the requests in
-// its places will have spent. Fewer than two go at the reset, as they
-// would without a spread.
-func (h *hostState) resetSpread(of time.Time, n int, rate float64) spread {
-	if n < 2 {
-		return spread{of: of, next: of, end: of}
-	}
-	iv := min(time.Duration(float64(time.Second)/rate), maxOwnWait/time.Duration(n))
-	return spread{of: of, interval: iv, next: of.Add(iv), end: of.Add(time.Duration(n)*iv + iv/2), reset: true}
-}
-
-// room returns how many requests the quotas of a second or two in set
-// take until their next reset: the fewest left of any, or a large
-// number when none of them counts.
-func (h *hostState) room(set quotaSet) int {
-	r := 1 << 30
+// resetSpread returns the spread that releases the n requests held by
+// the spent quotas of a second or two in set until their reset at of,
+// at their rate: one an interval after the other from an interval
+// after the reset, what a window that slides frees, over a second at
+// most, and inside the window that begins at of. Each place is a unit of
+// that window, taken when it is given (see admit); there are no more
+// places than units, and when the window cannot hold a place for each
+// unit at that pace, its last units are left: the requests beyond its
+// places wait for the next reset, and none goes in a burst. Fewer than
+// two places: the requests go at the reset, as without a spread.
+func (h *hostState) resetSpread(of time.Time, n int, rate float64, set quotaSet) spread {
+	room, w := 1<<30, maxGuessedWindow
 	for i := range h.quotas[:h.nq] {
 		q := &h.quotas[i]
-		if w := q.windowGuess(); set&(1<<i) != 0 && q.remaining != Unknown && !q.tokens() && w > 0 && w <= maxGuessedWindow {
-			r = min(r, q.remaining)
+		if g := q.windowGuess(); set&(1<<i) != 0 && q.remaining != Unknown && !q.tokens() && g > 0 && g <= maxGuessedWindow {
+			room, w = min(room, q.remaining), min(w, g)
 		}
 	}
-	return r
+	m := min(n, room)
+	if m < 2 {
+		return spread{of: of, next: of, end: of}
+	}
+	iv := min(time.Duration(float64(time.Second)/rate), maxOwnWait/time.Duration(m))
+	if inside := int((w - 1) / iv); m > inside {
+		m = inside
+		for i := range h.quotas[:h.nq] {
+			q := &h.quotas[i]
+			if g := q.windowGuess(); set&(1<<i) != 0 && q.remaining != Unknown && !q.tokens() && g > 0 && g <= maxGuessedWindow {
+				q.remaining = min(q.remaining, m)
+			}
+		}
+	}
+	return spread{of: of, interval: iv, next: of.Add(iv), end: of.Add(time.Duration(m)*iv + iv/2), reset: true}
 }
 
 // spreading reports whether the spread after the last pause is still
