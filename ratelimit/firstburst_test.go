@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"sync"
@@ -213,4 +214,61 @@ func TestFirstBurstsCounts(t *testing.T) {
 	if got := b.outstanding(s); got != 0 {
 		t.Errorf("outstanding once all settled = %d, want 0", got)
 	}
+}
+
+// A request with a place in a reset's spread that goes before its place
+// (its deadline comes first, and it has waited already) gives the place
+// back: a later spread is sized for the requests it holds, not one less
+// for each such place.
+func TestTrackerResetSpreadPlaceGivenBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Options{})
+		u := "https://api.example.com/v1/items"
+		tr.Observe(newReq(t, nil, u), quotaHeader(20, 0, time.Second))
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				ctx := context.Background()
+				if i == 3 {
+					// The last to come gets the last place, past its deadline.
+					time.Sleep(time.Millisecond)
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, time.Second+60*time.Millisecond)
+					defer cancel()
+				}
+				res, err := tr.Reserve(newReq(t, ctx, u))
+				if err != nil {
+					t.Errorf("Reserve = %v", err)
+					return
+				}
+				res.Settle(nil)
+			})
+		}
+		wg.Wait()
+		time.Sleep(5 * time.Second)
+		start := time.Now()
+		tr.Pause(newReq(t, nil, u), start.Add(time.Second))
+		var (
+			mu  sync.Mutex
+			out []time.Duration
+		)
+		for range 3 {
+			wg.Go(func() {
+				res, err := tr.Reserve(newReq(t, nil, u))
+				if err != nil {
+					t.Errorf("Reserve = %v", err)
+					return
+				}
+				mu.Lock()
+				out = append(out, time.Since(start))
+				mu.Unlock()
+				res.Settle(nil)
+			})
+		}
+		wg.Wait()
+		slices.Sort(out)
+		if want := []time.Duration{time.Second, 1050 * time.Millisecond, 1100 * time.Millisecond}; !slices.Equal(out, want) {
+			t.Errorf("after the pause, let through at %v, want %v", out, want)
+		}
+	})
 }

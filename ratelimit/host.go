@@ -368,14 +368,14 @@ func (h *hostState) cancel(res *Reservation) {
 
 // settle records what a response of route said: its quotas, and the
 // verdict v (with the pause's end) that ResponseVerdict gave. sent is when
-// its request was let through. out, unless negative, is how many requests
-// sent before the host had state are still out (see unknown), told under
-// the same lock as the quotas this answer tells.
-func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status int, v Verdict, until time.Time, out int) {
+// its request was let through. out, for an answer to a request sent
+// before the host had state, is where those still out are counted (see
+// unknown): read under the same lock as the quotas this answer tells.
+func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status int, v Verdict, until time.Time, out stillOut) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if out >= 0 {
-		h.setOut(now, out)
+	if out.b != nil {
+		h.setOut(now, out.b.outstanding(out.slot))
 	}
 	h.observe(now, sent, route, qs, status < 400)
 	if status == http.StatusTooManyRequests && v == VerdictNone && h.refilling(route) {
@@ -620,21 +620,18 @@ func (h *hostState) firstBurst(n int) {
 // their units holds the host's requests for news (see admit), so that
 // the requests sent after the first answer of a burst do not spend what
 // the rest of it took.
-func (h *hostState) unknown(now time.Time, n int) {
+func (h *hostState) unknown(now time.Time, out stillOut) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.setOut(now, n)
+	h.setOut(now, out.b.outstanding(out.slot))
 	h.wake() // a request waiting for the answers may go
 }
 
-// setOut records n, read at now, as the requests sent before the host
-// had state that are still out: only fewer than known, since they only
-// come back (a count read before another, and told after it, is
-// stale), unless what is known is past its time. h.mu is held.
+// setOut records n as the requests sent before the host had state that
+// are still out, at now. n is read under h.mu, so that answers told one
+// after the other tell counts in the same order. h.mu is held.
 func (h *hostState) setOut(now time.Time, n int) {
-	if n < h.out || h.unknownOut(now) == 0 {
-		h.out, h.outAt = n, now
-	}
+	h.out, h.outAt = n, now
 }
 
 // unknownOut returns how many requests sent before the host had state

@@ -226,14 +226,22 @@ func (res *Reservation) back() {
 	}
 }
 
-// stillOut returns, for a request that went without state, how many
-// such requests of its slot are still out (see hostState.unknown); -1
-// for one that went with state.
-func (res *Reservation) stillOut() int {
+// stillOut is where the requests sent without state that are still
+// out are counted, for one of them: the host's state reads the count
+// under its lock (see hostState.unknown). The zero stillOut, for a
+// request that went with state, tells nothing.
+type stillOut struct {
+	b    *firstBursts
+	slot uint8
+}
+
+// stillOut returns where res's request, if it went without state, is
+// counted among those still out.
+func (res *Reservation) stillOut() stillOut {
 	if res.out == 0 {
-		return -1
+		return stillOut{}
 	}
-	return res.t.burst.outstanding(res.out)
+	return stillOut{&res.t.burst, res.out}
 }
 
 // backUnanswered is back for a request that got no answer (it never
@@ -254,7 +262,7 @@ func (res *Reservation) backUnanswered() {
 		st = res.t.slot.Peek(res.key)
 	}
 	if st != nil {
-		st.unknown(time.Now(), res.t.burst.outstanding(res.out))
+		st.unknown(time.Now(), res.stillOut())
 	}
 }
 
