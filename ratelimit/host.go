@@ -69,6 +69,10 @@ type hostState struct {
 	outAt  time.Time
 	client *rate.Limiter // Options.Rate; nil when off
 	news   chan struct{} // closed by the next response; nil when nobody waits
+	// outNews is closed by the next response or by a request sent
+	// before the host had state that got none: what the requests
+	// waiting for those requests' answers wait for (see unknown).
+	outNews chan struct{}
 	// respaced is closed when the pace restarts at a higher rate: the
 	// requests asleep in its old slots take new ones. nil when nobody
 	// waits.
@@ -200,17 +204,19 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 	// News of a new window is awaited only when nothing else holds the
 	// request: a wait that cannot end in time is refused before any of
 	// it is spent.
-	if await || awaitOut {
+	if await {
 		if h.news == nil {
 			h.news = make(chan struct{})
 		}
-		v := verdict{reason: ReasonAwaitQuota, news: h.news}
-		if !await {
-			// Only the answers of the requests still out are awaited:
-			// at most awaitNewsMax after the last one came.
-			v.until, v.out = h.outAt.Add(awaitNewsMax), true
+		return verdict{reason: ReasonAwaitQuota, news: h.news}
+	}
+	if awaitOut {
+		// Only the answers of the requests still out are awaited: at
+		// most awaitNewsMax after the last one came.
+		if h.outNews == nil {
+			h.outNews = make(chan struct{})
 		}
-		return v
+		return verdict{reason: ReasonAwaitQuota, news: h.outNews, until: h.outAt.Add(awaitNewsMax), out: true}
 	}
 	// A measured rate releases the requests a pause held by itself.
 	if !a.released && !(h.thr.on(now) && h.thr.measured()) {
@@ -226,6 +232,9 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 				h.take(res, set)
 				res.placed = true
 				h.placed++
+				if h.thr.on(now) {
+					h.thr.pace.next = later(h.thr.pace.next, h.release.next) // the pace goes on after the places
+				}
 			}
 			return verdict{until: slot, reason: ReasonReleaseRate, own: true}
 		}
@@ -241,9 +250,9 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			h.thr.guessFrom(now, h.releaseRate(set))
 		}
 	}
-	if h.thr.on(now) && !placed && (!a.paced || a.epoch != h.thr.pace.epoch || h.thr.pace.late(res.pacedAt, now)) {
-		// (A request from its place in a reset's spread went at the
-		// quota's pace already: see observe.)
+	if h.thr.on(now) && (!placed || h.thr.pace.late(res.releasedAt, now)) && (!a.paced || a.epoch != h.thr.pace.epoch || h.thr.pace.late(res.pacedAt, now)) {
+		// (A request from its place in a reset's spread, unless woken
+		// late, goes at the quota's pace already: see observe.)
 		// A slot taken before a pause is void, and so is one woken up
 		// late (a stalled process): take another on the schedule rather
 		// than go in a burst with the other late ones.
@@ -375,6 +384,7 @@ func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if out.b != nil {
+		out.b.back(out.slot)
 		h.setOut(now, out.b.outstanding(out.slot))
 	}
 	h.observe(now, sent, route, qs, status < 400)
@@ -623,8 +633,12 @@ func (h *hostState) firstBurst(n int) {
 func (h *hostState) unknown(now time.Time, out stillOut) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	out.b.back(out.slot)
 	h.setOut(now, out.b.outstanding(out.slot))
-	h.wake() // a request waiting for the answers may go
+	if h.outNews != nil { // a request waiting for the answers may go
+		close(h.outNews)
+		h.outNews = nil
+	}
 }
 
 // setOut records n as the requests sent before the host had state that
@@ -649,6 +663,10 @@ func (h *hostState) wake() {
 		close(h.news)
 		h.news = nil
 	}
+	if h.outNews != nil {
+		close(h.outNews)
+		h.outNews = nil
+	}
 }
 
 // live reports whether dropping h loses anything that holds a request
@@ -662,7 +680,7 @@ func (h *hostState) live(now time.Time, reserve int) bool {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if now.Before(h.pause) || now.Before(h.release.end) || h.news != nil || h.thr.on(now) {
+	if now.Before(h.pause) || now.Before(h.release.end) || h.news != nil || h.outNews != nil || h.thr.on(now) {
 		return true
 	}
 	for i := range h.quotas[:h.nq] {

@@ -27,8 +27,7 @@ type spread struct {
 	end      time.Time
 	next     time.Time
 	interval time.Duration
-	// reset is set when of is a spent quota's reset: a request that
-	// finds no place waits for end (see releaseSlot).
+	// reset is set when of is a spent quota's reset (see resetSpread).
 	reset bool
 }
 
@@ -98,14 +97,15 @@ func (h *hostState) releaseSlot(now time.Time, set quotaSet, waited, counted boo
 
 // resetSpread returns the spread that releases the n requests held by
 // the spent quotas of a second or two in set until their reset at of,
-// at their rate: one an interval after the other from an interval
-// after the reset, what a window that slides frees, over a second at
-// most, and inside the window that begins at of. Each place is a unit of
-// that window, taken when it is given (see admit); there are no more
-// places than units, and when the window cannot hold a place for each
-// unit at that pace, its last units are left: the requests beyond its
-// places wait for the next reset, and none goes in a burst. Fewer than
-// two places: the requests go at the reset, as without a spread.
+// and those that come while it runs: a place for each unit of the
+// window that begins at of, at their rate (a little faster when the
+// window could not hold the last one otherwise), one an interval after
+// the other from an interval after the reset, what a window that slides
+// frees, all inside the window and within a second. Each place is a
+// unit of the window, taken when it is given (see admit): the requests
+// beyond the window's units wait for the next reset, and none goes in a
+// burst. Fewer than two held, or fewer than two units: the requests go
+// at the reset, as without a spread.
 func (h *hostState) resetSpread(of time.Time, n int, rate float64, set quotaSet) spread {
 	room, w := 1<<30, maxGuessedWindow
 	for i := range h.quotas[:h.nq] {
@@ -114,21 +114,16 @@ func (h *hostState) resetSpread(of time.Time, n int, rate float64, set quotaSet)
 			room, w = min(room, q.remaining), min(w, g)
 		}
 	}
-	m := min(n, room)
-	if m < 2 {
+	if n < 2 || room < 2 || room == 1<<30 {
 		return spread{of: of, next: of, end: of}
 	}
-	iv := min(time.Duration(float64(time.Second)/rate), maxOwnWait/time.Duration(m))
-	if inside := int((w - 1) / iv); m > inside {
-		m = inside
-		for i := range h.quotas[:h.nq] {
-			q := &h.quotas[i]
-			if g := q.windowGuess(); set&(1<<i) != 0 && q.remaining != Unknown && !q.tokens() && g > 0 && g <= maxGuessedWindow {
-				q.remaining = min(q.remaining, m)
-			}
-		}
+	// A place for each unit of the window, for the requests held and
+	// those that come while it runs, the last one inside the window.
+	iv := time.Duration(float64(time.Second) / rate)
+	if span := min(w, maxOwnWait) - time.Millisecond; time.Duration(room)*iv > span {
+		iv = span / time.Duration(room)
 	}
-	return spread{of: of, interval: iv, next: of.Add(iv), end: of.Add(time.Duration(m)*iv + iv/2), reset: true}
+	return spread{of: of, interval: iv, next: of.Add(iv), end: of.Add(time.Duration(room)*iv + iv/2), reset: true}
 }
 
 // spreading reports whether the spread after the last pause is still

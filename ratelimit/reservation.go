@@ -146,7 +146,6 @@ func (res *Reservation) Settle(resp *http.Response) {
 		}
 		switch {
 		case st != nil:
-			res.back()
 			st.settle(time.Now(), res.at, res.route, nil, status, VerdictNone, time.Time{}, res.stillOut())
 		default:
 			res.back()
@@ -156,7 +155,6 @@ func (res *Reservation) Settle(resp *http.Response) {
 		}
 		return // the common case: nothing to learn
 	}
-	res.back()
 	now := time.Now()
 	var buf [maxPolicies]Quota
 	qs := parseSeen(h, seen, now, buf[:0])
@@ -171,12 +169,14 @@ func (res *Reservation) Settle(resp *http.Response) {
 	st := res.st
 	if st == nil {
 		if len(qs) == 0 && v == VerdictNone {
+			res.back()
 			return
 		}
 		if res.u != nil {
 			res.key, res.route = hosts.KeyOf(res.u), routeOfURL(res.u)
 		}
 		if st = res.t.slot.Get(res.key); st == nil {
+			res.back()
 			return
 		}
 		res.t.made.Add(1)
@@ -227,9 +227,10 @@ func (res *Reservation) back() {
 }
 
 // stillOut is where the requests sent without state that are still
-// out are counted, for one of them: the host's state reads the count
-// under its lock (see hostState.unknown). The zero stillOut, for a
-// request that went with state, tells nothing.
+// out are counted, for one of them: the host's state counts it back and
+// reads the count under its lock (see hostState.unknown), so that the
+// count never runs ahead of the answers recorded. The zero stillOut, for
+// a request that went with state, tells nothing.
 type stillOut struct {
 	b    *firstBursts
 	slot uint8
@@ -251,19 +252,19 @@ func (res *Reservation) backUnanswered() {
 	if res.out == 0 {
 		return
 	}
-	res.back()
-	if res.t.made.Load() == res.made {
-		return // no host has had state made since: nothing waits on the count
-	}
 	var st *hostState
-	if res.u != nil {
-		st = res.t.slot.PeekURL(res.u)
-	} else {
-		st = res.t.slot.Peek(res.key)
+	if res.t.made.Load() != res.made { // a host has had state made since
+		if res.u != nil {
+			st = res.t.slot.PeekURL(res.u)
+		} else {
+			st = res.t.slot.Peek(res.key)
+		}
 	}
-	if st != nil {
-		st.unknown(time.Now(), res.stillOut())
+	if st == nil {
+		res.back()
+		return
 	}
+	st.unknown(time.Now(), res.stillOut())
 }
 
 // burstName is the name the first burst of res's host is counted under.
