@@ -157,29 +157,11 @@ func TestTrackerShortWindowResetSpreads(t *testing.T) {
 				u := "https://api.example.com/v1/items"
 				start := time.Now()
 				tr.Observe(newReq(t, nil, u), tc.answer)
-				var (
-					mu  sync.Mutex
-					out []time.Duration
-					wg  sync.WaitGroup
-				)
-				for i := range tc.n + tc.late {
-					wg.Go(func() {
-						if i >= tc.n {
-							time.Sleep(time.Second + time.Duration(i-tc.n+1)*10*time.Millisecond)
-						}
-						res, err := tr.Reserve(newReq(t, nil, u))
-						if err != nil {
-							t.Errorf("Reserve = %v", err)
-							return
-						}
-						mu.Lock()
-						out = append(out, time.Since(start))
-						mu.Unlock()
-						res.Settle(nil)
-					})
+				delays := make([]time.Duration, tc.n+tc.late)
+				for i := range tc.late {
+					delays[tc.n+i] = time.Second + time.Duration(i+1)*10*time.Millisecond
 				}
-				wg.Wait()
-				slices.Sort(out)
+				out := reserveAll(t, tr, u, start, delays)
 				// Within a millisecond: a window's places end inside it.
 				near := func(a, b time.Duration) bool { return a-b <= time.Millisecond && b-a <= time.Millisecond }
 				if !slices.EqualFunc(out, tc.want, near) {
@@ -257,27 +239,38 @@ func TestTrackerResetSpreadPlaceGivenBack(t *testing.T) {
 		time.Sleep(5 * time.Second)
 		start := time.Now()
 		tr.Pause(newReq(t, nil, u), start.Add(time.Second))
-		var (
-			mu  sync.Mutex
-			out []time.Duration
-		)
-		for range 3 {
-			wg.Go(func() {
-				res, err := tr.Reserve(newReq(t, nil, u))
-				if err != nil {
-					t.Errorf("Reserve = %v", err)
-					return
-				}
-				mu.Lock()
-				out = append(out, time.Since(start))
-				mu.Unlock()
-				res.Settle(nil)
-			})
-		}
-		wg.Wait()
-		slices.Sort(out)
+		out := reserveAll(t, tr, u, start, make([]time.Duration, 3))
 		if want := []time.Duration{time.Second, 1050 * time.Millisecond, 1100 * time.Millisecond}; !slices.Equal(out, want) {
 			t.Errorf("after the pause, let through at %v, want %v", out, want)
 		}
 	})
+}
+
+// reserveAll reserves a place for a request to u from one goroutine per
+// delay, each after its delay, settles it as unanswered, and returns
+// when each was let through after start, in order.
+func reserveAll(t *testing.T, tr *Tracker, u string, start time.Time, delays []time.Duration) []time.Duration {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		out []time.Duration
+		wg  sync.WaitGroup
+	)
+	for _, d := range delays {
+		wg.Go(func() {
+			time.Sleep(d)
+			res, err := tr.Reserve(newReq(t, nil, u))
+			if err != nil {
+				t.Errorf("Reserve = %v", err)
+				return
+			}
+			mu.Lock()
+			out = append(out, time.Since(start))
+			mu.Unlock()
+			res.Settle(nil)
+		})
+	}
+	wg.Wait()
+	slices.Sort(out)
+	return out
 }
