@@ -379,7 +379,8 @@ func (h *hostState) cancel(res *Reservation) {
 // verdict v (with the pause's end) that ResponseVerdict gave. sent is when
 // its request was let through. out, for an answer to a request sent
 // before the host had state, is where those still out are counted (see
-// unknown): read under the same lock as the quotas this answer tells.
+// unknown): counted back and read under the same lock as the quotas
+// this answer tells.
 func (h *hostState) settle(now, sent time.Time, route string, qs []Quota, status int, v Verdict, until time.Time, out stillOut) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -623,13 +624,14 @@ func (h *hostState) firstBurst(n int) {
 	h.thr.burst += n
 }
 
-// unknown records that n requests sent before the host had state are
-// still out (settle does at an answer to one): the host's quotas did not
-// count them, and their answers will. Until they come (awaitNewsMax at
-// most after the last one), a quota that would be spent if they took
-// their units holds the host's requests for news (see admit), so that
-// the requests sent after the first answer of a burst do not spend what
-// the rest of it took.
+// unknown counts back a request sent before the host had state that got
+// no answer, and records how many such requests are still out, as settle
+// does at an answer to one: the host's quotas did not count them, and
+// their answers will. Until they come (awaitNewsMax at most after the
+// last one), a quota that would be spent if they took their units holds
+// the host's requests for news (see admit), so that the requests sent
+// after the first answer of a burst do not spend what the rest of it
+// took.
 func (h *hostState) unknown(now time.Time, out stillOut) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
