@@ -80,9 +80,9 @@ func burstMillis(now time.Time) uint64 { return uint64(max(now.Sub(burstEpoch).M
 // A span is thus known to within that many successes.
 const burstEvery = 16
 
-// add counts a success of host.
-func (b *firstBursts) add(host string) {
-	s := &b[slotOf(host)]
+// add counts a success of a host in slot i (as slotOf gives it).
+func (b *firstBursts) add(i uint8) {
+	s := &b[i]
 	for {
 		v := s.v.Load()
 		n := v & (1<<burstCountBits - 1)

@@ -189,7 +189,7 @@ func TestFirstBurstsCounts(t *testing.T) {
 	}
 	for range 3 {
 		b.back(s)
-		b.add("api.example.com")
+		b.add(s - 1)
 	}
 	if got, want := b.outstanding(s), 2; got != want {
 		t.Errorf("outstanding after 5 went, 3 settled = %d, want %d", got, want)

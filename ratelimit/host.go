@@ -168,7 +168,7 @@ func (h *hostState) admit(now time.Time, res *Reservation, a *admission, reserve
 			if probing && probeAt.Before(end) {
 				end = probeAt
 			}
-			if w := q.windowGuess(); end.Equal(q.reset) && w > 0 && w <= maxGuessedWindow {
+			if end.Equal(q.reset) && q.short() {
 				// A window of a second or two: a spread releases the
 				// requests it held (see releaseSlot), and what the host
 				// accepts until then measures nothing of its rate (see

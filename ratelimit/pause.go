@@ -110,8 +110,8 @@ func (h *hostState) resetSpread(of time.Time, n int, rate float64, set quotaSet)
 	room, w := 1<<30, maxGuessedWindow
 	for i := range h.quotas[:h.nq] {
 		q := &h.quotas[i]
-		if g := q.windowGuess(); set&(1<<i) != 0 && q.remaining != Unknown && !q.tokens() && g > 0 && g <= maxGuessedWindow {
-			room, w = min(room, q.remaining), min(w, g)
+		if set&(1<<i) != 0 && q.remaining != Unknown && !q.tokens() && q.short() {
+			room, w = min(room, q.remaining), min(w, q.windowGuess())
 		}
 	}
 	if n < 2 || room < 2 || room == 1<<30 {

@@ -107,6 +107,13 @@ func (q *quotaState) windowGuess() time.Duration {
 	return max(q.span.Round(time.Second), time.Second)
 }
 
+// short reports whether the quota's window (see windowGuess) is a
+// second or two: what a reset's spread releases (see resetSpread).
+func (q *quotaState) short() bool {
+	w := q.windowGuess()
+	return w > 0 && w <= maxGuessedWindow
+}
+
 // maxGuessedWindow is the longest window rateWindow guesses from resets.
 const maxGuessedWindow = 2 * time.Second
 

@@ -135,22 +135,22 @@ func (res *Reservation) Settle(resp *http.Response) {
 	seen := scan(h)
 	if seen == 0 && status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
 		st := res.st
-		if st == nil && res.t.made.Load() != res.made {
-			// The host has had state since the request went (a 429 of
-			// another): its success counts in what the host accepts.
-			if res.u != nil {
-				st = res.t.slot.PeekURL(res.u)
-			} else {
-				st = res.t.slot.Peek(res.key)
-			}
+		if st == nil {
+			// The host may have had state since the request went (a 429
+			// of another): its success counts in what the host accepts.
+			st = res.stateSince()
 		}
 		switch {
 		case st != nil:
 			st.settle(time.Now(), res.at, res.route, nil, status, VerdictNone, time.Time{}, res.stillOut())
 		default:
 			res.back()
-			if status < 400 {
-				res.t.burst.add(res.burstName()) // the first burst, before any state
+			if status < 400 { // the first burst, before any state
+				if res.out != 0 {
+					res.t.burst.add(res.out - 1)
+				} else {
+					res.t.burst.add(slotOf(res.burstName()))
+				}
 			}
 		}
 		return // the common case: nothing to learn
@@ -252,19 +252,24 @@ func (res *Reservation) backUnanswered() {
 	if res.out == 0 {
 		return
 	}
-	var st *hostState
-	if res.t.made.Load() != res.made { // a host has had state made since
-		if res.u != nil {
-			st = res.t.slot.PeekURL(res.u)
-		} else {
-			st = res.t.slot.Peek(res.key)
-		}
-	}
+	st := res.stateSince()
 	if st == nil {
 		res.back()
 		return
 	}
 	st.unknown(time.Now(), res.stillOut())
+}
+
+// stateSince returns the state of res's host, for a request that went
+// without one, when a host has had state made since; nil otherwise.
+func (res *Reservation) stateSince() *hostState {
+	if res.t.made.Load() == res.made {
+		return nil
+	}
+	if res.u != nil {
+		return res.t.slot.PeekURL(res.u)
+	}
+	return res.t.slot.Peek(res.key)
 }
 
 // burstName is the name the first burst of res's host is counted under.

@@ -457,7 +457,7 @@ func TestRateLimitAwareNodelayRetryAfterRampsInASecond(t *testing.T) {
 // every paced request of the next second was refused (33 429s of 416
 // attempts, 7.9%); and the goroutines whose first answer came back sent
 // again against a count that left out the rest of the burst, still out
-// (11 to 13 429s, as at 79784bb). Each phase now meets the targets with
+// (11 to 13 429s, as before that too). Each phase now meets the targets with
 // at most two 429s.
 func TestRateLimitAwareFixedWindowAtAnyPhase(t *testing.T) {
 	testFirstSecondAtAnyPhase(t, func() simLimiter { return &fixedSim{limit: 20} }, 2)
